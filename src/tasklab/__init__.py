@@ -1,0 +1,57 @@
+"""tasklab: durable task execution that tells the truth.
+
+The public API; everything else is internal and may change.
+"""
+
+from tasklab.app import TaskApp
+from tasklab.config import Settings
+from tasklab.core.context import Effect, TaskContext
+from tasklab.core.models import (
+    CancelOutcome,
+    ErrorInfo,
+    Event,
+    Page,
+    RunnerCancelOutcome,
+    TaskSnapshot,
+)
+from tasklab.core.states import CancelReason, ErrorCode, State
+from tasklab.errors import (
+    Cancelled,
+    IdempotencyConflict,
+    InvalidPayload,
+    LeaseLost,
+    QueueFull,
+    ShuttingDown,
+    TaskNotFound,
+    TasklabError,
+    UnknownTask,
+    WorkerAlive,
+)
+from tasklab.runners.thread import ThreadTaskRunner
+
+__all__ = [
+    "CancelOutcome",
+    "CancelReason",
+    "Cancelled",
+    "Effect",
+    "ErrorCode",
+    "ErrorInfo",
+    "Event",
+    "IdempotencyConflict",
+    "InvalidPayload",
+    "LeaseLost",
+    "Page",
+    "QueueFull",
+    "RunnerCancelOutcome",
+    "Settings",
+    "ShuttingDown",
+    "State",
+    "TaskApp",
+    "TaskContext",
+    "TaskNotFound",
+    "TaskSnapshot",
+    "TasklabError",
+    "ThreadTaskRunner",
+    "UnknownTask",
+    "WorkerAlive",
+]

@@ -1,0 +1,290 @@
+"""`TaskApp`: the registry, the store, the monitor and the runners, wired together.
+
+This is the Python API of SPEC §4. Every method that changes state is one short
+conditional transaction in the store; nothing here holds a transaction across user
+code except `transactional=True` tasks, whose whole run is one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from tasklab.config import Settings
+from tasklab.core.context import TaskContext
+from tasklab.core.models import (
+    CancelOutcome,
+    Claim,
+    Event,
+    NewTask,
+    Outcome,
+    Page,
+    TaskSnapshot,
+)
+from tasklab.core.registry import Registry, TaskDef
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import Cancelled, InvalidPayload
+from tasklab.execution import Execution, result_outcome
+from tasklab.monitor import Monitor
+from tasklab.store import Store, open_store
+from tasklab.tasks import stream_text as _stream_text
+from tasklab.tasks import wordfreq as _wordfreq
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_DB = "sqlite:///tasklab.db"
+
+
+class TaskApp:
+    """Register tasks, submit them, run them, ask what happened."""
+
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        settings: Settings | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self.db = db or os.environ.get("TASKLAB_DB") or DEFAULT_DB
+        self.data_dir = data_dir if data_dir is not None else os.environ.get("TASKLAB_DATA_DIR")
+        self.store: Store = store or open_store(self.db, **self._store_options())
+        self.registry = Registry()
+        self.monitor = Monitor(self)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.registry.add(TaskDef("wordfreq", _wordfreq.wordfreq, check=_wordfreq.check))
+        self.registry.add(
+            TaskDef("stream_text", _stream_text.stream_text, check=_stream_text.check)
+        )
+
+    def _store_options(self) -> dict[str, Any]:
+        if self.db.startswith("sqlite:"):
+            return {"durability": self.settings.durability}
+        return {}
+
+    # ---- registration --------------------------------------------------------------
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        max_attempts: int = 1,
+        retry_safe: bool = False,
+        retry_on: tuple[type[BaseException], ...] = (),
+        transactional: bool = False,
+        timeout: float | None = None,
+    ) -> Callable[[F], F]:
+        """Register a function as a task. Its first argument is the `TaskContext`."""
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+
+        def register(fn: F) -> F:
+            is_async = inspect.iscoroutinefunction(fn)
+            if transactional and is_async:
+                raise ValueError("a transactional task cannot be async")
+            self.registry.add(
+                TaskDef(
+                    name or f"{fn.__module__}.{fn.__qualname__}", fn,
+                    max_attempts=max_attempts, retry_safe=retry_safe,
+                    retry_on=tuple(retry_on), transactional=transactional,
+                    timeout=timeout, is_async=is_async,
+                )
+            )
+            return fn
+
+        return register
+
+    # ---- submitting and reading ----------------------------------------------------
+    def _new(
+        self, task: str, payload: object, key: str | None, max_attempts: int | None,
+        request_bound: bool = False,
+    ) -> NewTask:
+        spec = self.registry.get(task)
+        valid = spec.validate(payload, self.data_dir)
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
+            raise InvalidPayload("idempotency_key must be a string of 1 to 200 characters")
+        if max_attempts is not None and (
+            not isinstance(max_attempts, int) or isinstance(max_attempts, bool)
+            or not 1 <= max_attempts <= 1000
+        ):
+            raise InvalidPayload("max_attempts must be an integer from 1 to 1000")
+        return NewTask(
+            task=spec.name, payload=valid,
+            max_attempts=max_attempts or spec.max_attempts, retry_safe=spec.retry_safe,
+            idempotency_key=key, request_bound=request_bound, timeout=spec.timeout,
+        )
+
+    def submit(
+        self, task: str, payload: object, idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Queue a task; returns its id (the existing one for a known idempotency key)."""
+        return self.submit_ex(task, payload, idempotency_key, max_attempts)[0].id
+
+    def submit_ex(
+        self, task: str, payload: object, idempotency_key: str | None = None,
+        max_attempts: int | None = None, *, request_bound: bool = False,
+    ) -> tuple[TaskSnapshot, bool]:
+        """Like `submit`, but answers the snapshot and whether it was created."""
+        item = self._new(task, payload, idempotency_key, max_attempts, request_bound)
+        return self.store.submit([item])[0]
+
+    def submit_many(self, task: str, payloads: Iterable[object]) -> list[str]:
+        """Queue many tasks of one name in one transaction (all or none)."""
+        items = [self._new(task, p, None, None) for p in payloads]
+        return [snap.id for snap, _ in self.store.submit(items)]
+
+    def query(self, task_id: str) -> TaskSnapshot:
+        return self.store.get(task_id)
+
+    def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        return self.store.events(task_id, after, limit)
+
+    def list(
+        self, state: State | str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> Page:
+        if state is not None and not isinstance(state, State):
+            try:
+                state = State(state)
+            except ValueError:
+                raise InvalidPayload(
+                    f"unknown state {state!r}; one of {[s.value for s in State]}"
+                ) from None
+        return self.store.list(state, limit, cursor)
+
+    def counts(self) -> dict[str, int]:
+        return self.store.counts()
+
+    def cancel(self, task_id: str, reason: CancelReason = CancelReason.USER) -> CancelOutcome:
+        """queued → cancelled; running → cancel_requested (the task stops at its next
+        checkpoint); terminal → `request_accepted=False`."""
+        out = self.store.cancel(task_id, reason)
+        if out.state is State.CANCEL_REQUESTED:
+            local = self.monitor.get(task_id)
+            if local is not None:
+                local.request_stop(reason)
+        return out
+
+    # ---- executing -----------------------------------------------------------------
+    def run(self, task_id: str) -> TaskSnapshot:
+        """Claim the given queued task, execute it here, settle it; returns the
+        snapshot afterwards (unchanged if the task was not queued)."""
+        spec = self.registry.get(self.store.get(task_id).task)
+        with self.store.executor_presence():
+            if spec.transactional:
+                self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
+            else:
+                claim = self.store.claim_id(task_id, self.owner, self.settings.lease)
+                if claim is not None:
+                    self.execute(claim)
+        return self.store.get(task_id)
+
+    def execute(self, claim: Claim) -> State | None:
+        """Execute a claim in this thread with heartbeats; None if nothing committed."""
+        spec = self.registry.get(claim.task)
+        if spec.is_async:
+            return self._execute_async(claim, spec)
+        execution = Execution(self, claim, spec)
+        self.monitor.add(execution)
+        try:
+            return execution.run()
+        finally:
+            self.monitor.remove(execution)
+
+    def _execute_async(self, claim: Claim, spec: TaskDef) -> State | None:
+        from tasklab.runners.aio import run_async_execution
+
+        return asyncio.run(run_async_execution(self, claim, spec))
+
+    def _transactional_body(self, spec: TaskDef) -> Callable[[Any, Claim], Outcome]:
+        def body(port: Any, claim: Claim) -> Outcome:
+            ctx = TaskContext(_TxContextPort(port, claim, self.data_dir))
+            ctx._port.add_event("attempt", {"attempt": claim.attempt})
+            try:
+                value = spec.fn(ctx, **claim.payload)
+            except Cancelled:
+                return Outcome.cancelled(CancelReason.USER)
+            except Exception as exc:
+                from tasklab.core.policy import exception_outcome
+
+                return exception_outcome(
+                    exc, retry_on=spec.retry_on, attempt=claim.attempt,
+                    max_attempts=claim.max_attempts, cancel_requested=False,
+                    backoff=self.settings.backoff,
+                )
+            return result_outcome(value)
+
+        return body
+
+    def recover_running(self) -> list[str]:
+        """Exclusive recovery: raises `WorkerAlive` while another executor lives; else
+        settles every running/cancel_requested task as a lease expiry would."""
+        return self.store.recover_running(self.settings.backoff)
+
+    def worker(self, runner: str = "thread", concurrency: int = 4, **options: Any) -> Any:
+        """A worker that claims from the store; use as a context manager."""
+        from tasklab.service.worker import Worker
+
+        return Worker(self, runner=runner, concurrency=concurrency, **options)
+
+    # ---- health --------------------------------------------------------------------
+    def count(self, name: str, n: int = 1) -> None:
+        try:
+            self.store.bump(name, n)
+        except Exception:  # noqa: S110 - a counter must never break the path it counts
+            pass
+
+    def count_stale_write(self) -> None:
+        self.count("rejected_stale_writes")
+
+    def close(self) -> None:
+        self.monitor.stop()
+        self.store.close()
+
+    def __enter__(self) -> TaskApp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _TxContextPort:
+    """The context port of a transactional run: writes go into the open transaction;
+    nobody outside can see the task running, so there is no lease to renew."""
+
+    def __init__(self, port: Any, claim: Claim, data_dir: Any) -> None:
+        self._port = port
+        self.task_id = claim.task_id
+        self.attempt = claim.attempt
+        self.connection = port.connection
+        self.data_dir = data_dir
+
+    def cancel_requested(self) -> bool:
+        return False
+
+    def wait_cancel(self, timeout: float) -> bool:
+        import time
+
+        time.sleep(timeout)
+        return False
+
+    def add_event(self, etype: str, data: Any) -> None:
+        self._port.append_events([(etype, data)])
+
+    def add_text(self, text: str) -> None:
+        self._port.append_events([("chunk", {"text": text})])
+
+    def heartbeat(self) -> None:
+        return None
+
+    def effect_get(self, key: str) -> Any:
+        raise InvalidPayload("ctx.effect() is for leased tasks; a transactional task's "
+                             "effects are its own database writes")
+
+    effect_start = effect_get
+    effect_done = effect_get

@@ -1,0 +1,198 @@
+"""Plain frozen records that cross every boundary: snapshots, events, outcomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tasklab.core.states import CancelReason, ErrorCode, State
+
+JSON = Any  # a value that json.dumps accepts; checked where it enters
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    code: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """What the store says about one task, at one moment. Immutable."""
+
+    id: str
+    task: str
+    payload: dict[str, JSON]
+    state: State
+    attempt: int
+    max_attempts: int
+    result: JSON
+    error: ErrorInfo | None
+    cancel_reason: CancelReason | None
+    idempotency_key: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    run_after: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    def to_json(self, *, payload: bool = True) -> dict[str, JSON]:
+        doc: dict[str, JSON] = {
+            "id": self.id,
+            "task": self.task,
+            "payload": self.payload,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "result": self.result,
+            "error": self.error.to_json() if self.error else None,
+            "cancel_reason": self.cancel_reason.value if self.cancel_reason else None,
+            "idempotency_key": self.idempotency_key,
+            "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+        }
+        if not payload:
+            del doc["payload"]
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One persisted event: `(task_id, seq)` is unique and gapless per task."""
+
+    task_id: str
+    seq: int
+    attempt: int
+    type: str
+    data: JSON
+    at: datetime
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "type": self.type,
+            "data": self.data,
+            "at": iso(self.at),
+        }
+
+
+EVENT_TYPES = frozenset({"progress", "chunk", "attempt"})
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What `app.cancel()` did: whether the request was recorded, and the state now."""
+
+    request_accepted: bool
+    state: State
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerCancelOutcome:
+    """The two facts of cancelling through a runner (seed 001): the future left the
+    queue, and the application recorded the request. Neither says the work stopped."""
+
+    future_cancelled: bool
+    request_accepted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[TaskSnapshot]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The authority to execute one attempt: valid while `epoch` is the task's epoch,
+    its state is live and its lease has not expired (by the database clock)."""
+
+    task_id: str
+    task: str
+    payload: dict[str, JSON]
+    epoch: int
+    attempt: int
+    max_attempts: int
+    owner: str
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    task: str
+    payload: dict[str, JSON]
+    max_attempts: int
+    retry_safe: bool
+    idempotency_key: str | None = None
+    request_bound: bool = False
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended, as the executor saw it; the store turns it into a state.
+
+    `kind` is one of: "return" (result), "fail" (error), "cancel" (reason),
+    "retry" (error, delay seconds).
+    """
+
+    kind: str
+    result: JSON = None
+    error: ErrorInfo | None = None
+    reason: CancelReason | None = None
+    retry_delay: float = 0.0
+
+    @staticmethod
+    def returned(result: JSON) -> Outcome:
+        return Outcome("return", result=result)
+
+    @staticmethod
+    def failed(code: ErrorCode, message: str) -> Outcome:
+        return Outcome("fail", error=ErrorInfo(code.value, message))
+
+    @staticmethod
+    def cancelled(reason: CancelReason) -> Outcome:
+        return Outcome("cancel", reason=reason)
+
+    @staticmethod
+    def retry(code: ErrorCode, message: str, delay: float) -> Outcome:
+        return Outcome("retry", error=ErrorInfo(code.value, message), retry_delay=delay)
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A live task whose lease ran out (or, under exclusive recovery, any live task)."""
+
+    task_id: str
+    epoch: int
+    state: State
+    attempt: int
+    max_attempts: int
+    retry_safe: bool
+    request_bound: bool
+
+
+@dataclass(slots=True)
+class EffectRecord:
+    key: str
+    status: str  # none / started / done
+    result: JSON = None
+    attempt: int | None = None
+    extra: dict[str, JSON] = field(default_factory=dict)
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,198 @@
+"""One attempt of one task, from its claim to its settled state.
+
+The task function runs outside any transaction. Its events are buffered and written
+in order (by the monitor every `flush_interval`, or at once past `flush_bytes`), the
+last of them in the same transaction as the outcome. Every write is fenced; the first
+one that finds the authority gone marks the execution lost: it publishes nothing more
+and its task function is told to stop at its next checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tasklab.core.context import TaskContext
+from tasklab.core.models import JSON, Claim, EffectRecord, Outcome
+from tasklab.core.policy import exception_outcome
+from tasklab.core.registry import TaskDef
+from tasklab.core.states import CancelReason, ErrorCode, State
+from tasklab.errors import Cancelled, LeaseLost, TasklabError
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+
+
+class Execution:
+    """Implements the context's port for a leased claim."""
+
+    connection: Any = None
+
+    def __init__(self, app: TaskApp, claim: Claim, task: TaskDef) -> None:
+        self.app = app
+        self.store = app.store
+        self.claim = claim
+        self.task = task
+        self.data_dir = app.data_dir
+        self.task_id = claim.task_id
+        self.attempt = claim.attempt
+        self.cancel_flag = threading.Event()
+        self.cancel_reason: CancelReason | None = None
+        self.lost = False
+        self.started = time.monotonic()
+        self.last_beat = self.started
+        self._buf: list[list[Any]] = [["attempt", {"attempt": claim.attempt}]]
+        self._buf_bytes = 0
+        self._buf_since: float | None = self.started
+        self._buf_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # keeps flushes and the finish in order
+
+    # ---- the port ------------------------------------------------------------------
+    def cancel_requested(self) -> bool:
+        return self.cancel_flag.is_set() or self.lost
+
+    def wait_cancel(self, timeout: float) -> bool:
+        return self.cancel_flag.wait(timeout) or self.lost
+
+    def request_stop(self, reason: CancelReason | None) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.cancel_flag.set()
+
+    def add_event(self, etype: str, data: JSON) -> None:
+        size = len(json.dumps(data))
+        with self._buf_lock:
+            self._buf.append([etype, data])
+            self._note(size)
+        self._maybe_flush()
+
+    def add_text(self, text: str) -> None:
+        with self._buf_lock:
+            last = self._buf[-1] if self._buf else None
+            if last is not None and last[0] == "chunk":
+                last[1] = {"text": last[1]["text"] + text}
+            else:
+                self._buf.append(["chunk", {"text": text}])
+            self._note(len(text.encode()))
+        self._maybe_flush()
+
+    def _note(self, size: int) -> None:
+        self._buf_bytes += size
+        if self._buf_since is None:
+            self._buf_since = time.monotonic()
+
+    def _maybe_flush(self) -> None:
+        if self._buf_bytes >= self.app.settings.flush_bytes:
+            self.flush()
+
+    def heartbeat(self) -> None:
+        self.beat()
+        if self.lost:
+            raise LeaseLost(f"task {self.task_id}: the lease is gone")
+
+    def effect_get(self, key: str) -> EffectRecord:
+        return self.store.effect_get(self.task_id, key)
+
+    def effect_start(self, key: str) -> None:
+        self.flush()
+        self._fenced(self.store.effect_start, self.claim, key)
+
+    def effect_done(self, key: str, result: JSON) -> None:
+        self._fenced(self.store.effect_done, self.claim, key, result)
+
+    # ---- writes --------------------------------------------------------------------
+    def _take(self) -> list[tuple[str, JSON]]:
+        with self._buf_lock:
+            events = [(t, d) for t, d in self._buf]
+            self._buf.clear()
+            self._buf_bytes = 0
+            self._buf_since = None
+        return events
+
+    def flush_due(self, now: float) -> bool:
+        since = self._buf_since
+        return since is not None and now - since >= self.app.settings.flush_interval
+
+    def flush(self) -> None:
+        with self._write_lock:
+            if self.lost:
+                self._take()
+                return
+            events = self._take()
+            if events:
+                self._fenced(self.store.append_events, self.claim, events)
+
+    def beat(self) -> None:
+        if self.lost:
+            return
+        self.last_beat = time.monotonic()
+        try:
+            state = self.store.heartbeat(self.claim, self.app.settings.lease)
+        except TasklabError:
+            return  # a failed renewal is retried next time; the lease decides
+        if state is None:
+            self._lose()
+        elif state is State.CANCEL_REQUESTED:
+            self.request_stop(None)
+
+    def _fenced(self, write: Any, *args: Any) -> Any:
+        try:
+            return write(*args)
+        except LeaseLost:
+            self._lose()
+            raise
+
+    def _lose(self) -> None:
+        if not self.lost:
+            self.lost = True
+            self.cancel_flag.set()
+            self.app.count_stale_write()
+
+    # ---- running -------------------------------------------------------------------
+    def run(self) -> State | None:
+        """Run the task function and settle its outcome. Returns the committed state,
+        or None when nothing could be committed (lost authority or failed write)."""
+        ctx = TaskContext(self)
+        try:
+            value = self.task.fn(ctx, **self.claim.payload)
+        except Cancelled:
+            outcome = Outcome.cancelled(self.cancel_reason or CancelReason.USER)
+        except LeaseLost:
+            return None
+        except Exception as exc:  # errors, not cancellations (Cancelled is a BaseException)
+            outcome = exception_outcome(
+                exc, retry_on=self.task.retry_on, attempt=self.attempt,
+                max_attempts=self.claim.max_attempts,
+                cancel_requested=self.cancel_flag.is_set(), backoff=self.app.settings.backoff,
+            )
+        else:
+            outcome = result_outcome(value)
+        return self.settle(outcome)
+
+    def settle(self, outcome: Outcome) -> State | None:
+        with self._write_lock:
+            if self.lost:
+                return None
+            events = self._take()
+            try:
+                return self.store.finish(self.claim, outcome, events)
+            except LeaseLost:
+                self._lose()
+                return None
+            except Exception:
+                # No fake state: the task stays live until its lease expires and the
+                # reaper or exclusive recovery settles it as outcome_unknown.
+                self.lost = True
+                self.cancel_flag.set()
+                self.app.count("terminal_write_failures")
+                return None
+
+
+def result_outcome(value: object) -> Outcome:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome.failed(ErrorCode.INVALID_RESULT, f"the result is not JSON: {exc}")
+    return Outcome.returned(value)

@@ -1,0 +1,30 @@
+"""Runners: bounded executors with one interface (thread, process, asyncio)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+    from tasklab.runners.base import BaseRunner
+
+RUNNER_KINDS = ("thread", "process", "async")
+
+
+def make_runner(kind: str, app: TaskApp, workers: int, backlog: int = 0) -> BaseRunner:
+    if kind == "thread":
+        from tasklab.runners.thread import ThreadTaskRunner
+
+        return ThreadTaskRunner(app, workers, backlog)
+    if kind == "process":
+        from tasklab.runners.process import ProcessTaskRunner
+
+        return ProcessTaskRunner(app, workers, backlog)
+    if kind == "async":
+        from tasklab.runners.aio import AsyncTaskRunner
+
+        return AsyncTaskRunner(app, workers, backlog)
+    raise ValueError(f"unknown runner {kind!r}; one of {', '.join(RUNNER_KINDS)}")
+
+
+__all__: list[Any] = ["RUNNER_KINDS", "make_runner"]

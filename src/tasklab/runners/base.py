@@ -1,0 +1,160 @@
+"""What every runner shares: the workers + backlog bound, the two facts of a cancel,
+and what happens to futures that never started (seed 001).
+
+A runner runs two kinds of work: a task id (`submit`, direct use — the runner claims
+it) and a claim made by a worker (`submit_claim`). A future that is cancelled before it
+starts is recorded accordingly: a task id becomes `cancelled` (reason `shutdown` while
+the runner closes, else `user`); a claim is released back to `queued`.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from tasklab.core.models import Claim, RunnerCancelOutcome
+from tasklab.core.states import CancelReason
+from tasklab.errors import QueueFull, ShuttingDown, TaskNotFound, TasklabError
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+
+
+class BaseRunner:
+    kind = "runner"
+
+    def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
+        if workers < 1 or backlog < 0:
+            raise ValueError("workers must be >= 1 and backlog >= 0")
+        self.app = app
+        self.workers = workers
+        self.backlog = backlog
+        self._slots = threading.BoundedSemaphore(workers + backlog)
+        self._closing = False
+        self._work: dict[Future[Any], str | Claim] = {}
+        self._cancel_answers: dict[Future[Any], bool] = {}
+        self._lock = threading.Lock()
+        self._presence: Any = None
+
+    # ---- to be provided ------------------------------------------------------------
+    def _start_task(self, task_id: str) -> Future[Any]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _start_claim(self, claim: Claim) -> Future[Any]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _shutdown_executor(self) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _abandon_executor(self) -> None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # ---- the interface -------------------------------------------------------------
+    def submit(self, task_id: str) -> Future[Any]:
+        """Run a queued task. Raises `QueueFull` (the task stays queued) when workers +
+        backlog are taken, `ShuttingDown` once the runner closes."""
+        return self._admit(task_id)
+
+    def submit_claim(self, claim: Claim) -> Future[Any]:
+        return self._admit(claim)
+
+    @property
+    def free_slots(self) -> int:
+        with self._lock:
+            return self.workers + self.backlog - len(self._work)
+
+    def _admit(self, work: str | Claim) -> Future[Any]:
+        if self._closing:
+            raise ShuttingDown(f"the {self.kind} runner is shutting down")
+        if not self._slots.acquire(blocking=False):
+            raise QueueFull(
+                f"{self.kind} queue is full: {self.workers} workers and {self.backlog} "
+                "backlog slots are taken"
+            )
+        try:
+            fut = self._start_task(work) if isinstance(work, str) else self._start_claim(work)
+        except BaseException:
+            self._slots.release()
+            raise
+        with self._lock:
+            self._work[fut] = work
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, fut: Future[Any]) -> None:
+        with self._lock:
+            work = self._work.pop(fut, None)
+        self._slots.release()
+        if work is None or not fut.cancelled():
+            return
+        if isinstance(work, Claim):
+            try:
+                self.app.store.release(work)
+            except TasklabError:
+                pass  # the lease will expire and the reaper will requeue or fail it
+            return
+        reason = CancelReason.SHUTDOWN if self._closing else CancelReason.USER
+        try:
+            accepted = self.app.cancel(work, reason).request_accepted
+        except TaskNotFound:
+            accepted = False
+        with self._lock:
+            self._cancel_answers[fut] = accepted
+
+    def cancel(self, fut: Future[Any]) -> RunnerCancelOutcome:
+        """Two facts, never one boolean: did the future leave the queue, and did the
+        application record the request. Neither means the work has stopped."""
+        with self._lock:
+            work = self._work.get(fut)
+        future_cancelled = fut.cancel()
+        if future_cancelled:
+            with self._lock:
+                accepted = self._cancel_answers.pop(fut, False)
+            return RunnerCancelOutcome(True, accepted)
+        task_id = work.task_id if isinstance(work, Claim) else work
+        if task_id is None:  # already finished and forgotten
+            return RunnerCancelOutcome(False, False)
+        return RunnerCancelOutcome(False, self.app.cancel(task_id).request_accepted)
+
+    def cancel_unstarted(self) -> int:
+        """Cancel every future that has not started; returns how many."""
+        with self._lock:
+            pending = list(self._work)
+        return sum(1 for f in pending if f.cancel())
+
+    def in_flight(self) -> list[tuple[Future[Any], str | Claim]]:
+        with self._lock:
+            return list(self._work.items())
+
+    # ---- lifetime ------------------------------------------------------------------
+    def __enter__(self) -> BaseRunner:
+        self._presence = self.app.store.executor_presence()
+        self._presence.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def abandon(self) -> None:
+        """Close without waiting for tasks that will not stop; they keep running until
+        they return and their leases decide what the store says."""
+        self._closing = True
+        try:
+            self._abandon_executor()
+        finally:
+            self._leave()
+
+    def shutdown(self) -> None:
+        """`shutdown(wait=True, cancel_futures=True)`: unstarted futures are cancelled
+        (and recorded), running ones finish their current unit of work."""
+        self._closing = True
+        try:
+            self._shutdown_executor()
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        if self._presence is not None:
+            self._presence.__exit__(None, None, None)
+            self._presence = None

@@ -1,0 +1,1 @@
+"""Services that run for as long as a worker or server lives."""

@@ -1,0 +1,159 @@
+"""The worker: claims from the store into a runner, reaps expired leases, shuts down
+by the worker rule of SPEC §2.
+
+It never claims more than its runner's free slots. On shutdown it stops claiming,
+releases claimed-but-unstarted tasks to `queued`, lets running tasks finish within the
+drain deadline, then requests cancellation of the rest (`shutdown`) and waits a short
+grace; a task that still runs is left to its lease. It never turns a queued task into
+anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from tasklab.core.models import Claim
+from tasklab.core.states import CancelReason
+from tasklab.errors import QueueFull, ShuttingDown, TasklabError
+from tasklab.runners import make_runner
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+
+log = logging.getLogger("tasklab.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        app: TaskApp,
+        *,
+        runner: str = "thread",
+        concurrency: int = 4,
+        backlog: int = 0,
+        names: list[str] | None = None,
+        webhooks: list[str] | None = None,
+    ) -> None:
+        self.app = app
+        self.runner = make_runner(runner, app, workers=concurrency, backlog=backlog)
+        self.id = f"{app.owner}:{uuid.uuid4().hex[:6]}"
+        wanted = names or app.registry.names()
+        specs = [app.registry.get(n) for n in wanted]
+        self.leased_names = [s.name for s in specs if not s.transactional]
+        self.tx_names = [s.name for s in specs if s.transactional]
+        self.webhooks = list(webhooks or [])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._dispatcher: Any = None
+        self.claimed = 0
+        self.drained = 0
+        self.cancelled_on_shutdown = 0
+
+    # ---- lifetime ------------------------------------------------------------------
+    def start(self) -> Worker:
+        self.runner.__enter__()  # takes the liveness lock for as long as we run
+        self.app.store.register_worker(self.id)
+        self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop",
+                                        daemon=True)
+        self._thread.start()
+        if self.webhooks:
+            from tasklab.service.outbox import Dispatcher
+
+            self._dispatcher = Dispatcher(self.app, self.webhooks).start()
+        return self
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, drain_timeout: float | None = None) -> dict[str, int]:
+        """Graceful shutdown; returns what happened to the in-flight work."""
+        drain = self.app.settings.drain_timeout if drain_timeout is None else drain_timeout
+        self._stop.set()
+        self.app.store.wake()
+        if self._thread is not None:
+            self._thread.join()
+        released = self.runner.cancel_unstarted()  # their callbacks release the claims
+        deadline = time.monotonic() + drain
+        while self.runner.in_flight() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        still = self.runner.in_flight()
+        for _fut, work in still:
+            task_id = work.task_id if isinstance(work, Claim) else work
+            try:
+                self.app.cancel(task_id, CancelReason.SHUTDOWN)
+                self.cancelled_on_shutdown += 1
+            except TasklabError:
+                pass
+        grace_end = time.monotonic() + self.app.settings.shutdown_grace
+        while self.runner.in_flight() and time.monotonic() < grace_end:
+            time.sleep(0.01)
+        left = len(self.runner.in_flight())
+        if left == 0:
+            self.runner.shutdown()
+        else:
+            # Threads cannot be killed: leave them to their leases, don't wait for them.
+            self.runner.abandon()
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
+        try:
+            self.app.store.unregister_worker(self.id)
+        except TasklabError:
+            pass
+        return {"released": released, "cancel_requested": self.cancelled_on_shutdown,
+                "left_running": left}
+
+    # ---- the loop ------------------------------------------------------------------
+    def _loop(self) -> None:
+        store, settings = self.app.store, self.app.settings
+        next_reap = 0.0
+        while not self._stop.is_set():
+            token = store.change_token()
+            try:
+                got = self._claim_some()
+                now = time.monotonic()
+                if now >= next_reap:
+                    store.expire(settings.backoff)
+                    next_reap = now + settings.reap_every
+            except TasklabError as exc:
+                log.warning("worker loop: %s", exc)
+                got = 0
+                self._stop.wait(0.2)
+            if got == 0 and not self._stop.is_set():
+                store.wait_change(token, self._idle_wait(next_reap))
+
+    def _idle_wait(self, next_reap: float) -> float:
+        wait = max(0.0, next_reap - time.monotonic())
+        delayed = self.app.store.seconds_until_runnable(self.leased_names + self.tx_names)
+        if delayed is not None:
+            wait = min(wait, delayed)
+        return min(wait, 1.0)
+
+    def _claim_some(self) -> int:
+        free = self.runner.free_slots
+        if free <= 0:
+            return 0
+        claims = self.app.store.claim(self.leased_names, free, self.app.owner,
+                                      self.app.settings.lease)
+        for claim in claims:
+            try:
+                self.runner.submit_claim(claim)
+                self.claimed += 1
+            except (QueueFull, ShuttingDown):
+                self.app.store.release(claim)
+        got = len(claims)
+        free -= got
+        if free > 0 and self.tx_names:
+            for task_id in self.app.store.queued_ids(self.tx_names, free):
+                try:
+                    self.runner.submit(task_id)
+                    got += 1
+                except (QueueFull, ShuttingDown):
+                    break
+        return got

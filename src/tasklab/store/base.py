@@ -1,0 +1,135 @@
+"""The store contract: everything the rest of tasklab asks of durable storage.
+
+Every method is one short transaction. Methods that take a `Claim` are *fenced*: they
+succeed only while the claim's epoch is the task's epoch, the task is live and its
+lease has not expired by the database clock; otherwise they raise `LeaseLost` and
+change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from tasklab.core.models import (
+    JSON,
+    CancelOutcome,
+    Claim,
+    EffectRecord,
+    Event,
+    NewTask,
+    Outcome,
+    Page,
+    TaskSnapshot,
+)
+from tasklab.core.policy import Backoff
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import StoreError
+
+PendingEvent = tuple[str, JSON]  # (type, data)
+
+
+class TxPort(Protocol):
+    """What a transactional task's context may do inside the open transaction."""
+
+    connection: Any
+
+    def append_events(self, events: list[PendingEvent]) -> int: ...
+
+
+class Store(Protocol):
+    url: str
+
+    # -- submitting and reading
+    def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]: ...
+    def get(self, task_id: str) -> TaskSnapshot: ...
+    def list(self, state: State | None, limit: int, cursor: str | None) -> Page: ...
+    def counts(self) -> dict[str, int]: ...
+    def states_of(self, task_ids: list[str]) -> dict[str, State]: ...
+    def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]: ...
+    def cancel(self, task_id: str, reason: CancelReason) -> CancelOutcome: ...
+
+    # -- executing (fenced)
+    def claim(self, names: list[str], limit: int, owner: str, lease: float) -> list[Claim]: ...
+    def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None: ...
+    def queued_ids(self, names: list[str], limit: int) -> list[str]: ...
+    def seconds_until_runnable(self, names: list[str]) -> float | None: ...
+    def heartbeat(self, claim: Claim, lease: float) -> State | None: ...
+    def append_events(self, claim: Claim, events: list[PendingEvent]) -> int: ...
+    def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State: ...
+    def release(self, claim: Claim) -> bool: ...
+    def effect_get(self, task_id: str, key: str) -> EffectRecord: ...
+    def effect_start(self, claim: Claim, key: str) -> None: ...
+    def effect_done(self, claim: Claim, key: str, result: JSON) -> None: ...
+    def run_transactional(
+        self, task_id: str, owner: str, body: Callable[[TxPort, Claim], Outcome]
+    ) -> State | None: ...
+
+    # -- recovery
+    def expire(self, backoff: Backoff) -> list[str]: ...
+    def recover_running(self, backoff: Backoff) -> list[str]: ...
+    def executor_presence(self) -> AbstractContextManager[None]: ...
+    def register_worker(self, worker_id: str) -> None: ...
+    def unregister_worker(self, worker_id: str) -> None: ...
+    def workers(self) -> list[dict[str, JSON]]: ...
+
+    # -- health, notifications, wake-ups
+    def bump(self, name: str, n: int = 1) -> None: ...
+    def counters(self) -> dict[str, int]: ...
+    def outbox_pending(self, url: str, limit: int) -> list[dict[str, JSON]]: ...
+    def record_delivery(
+        self, event_id: str, url: str, ok: bool, delay: float, error: str | None
+    ) -> None: ...
+    def notification_lag(self, url: str) -> float: ...
+    def outbox_for(self, task_id: str) -> dict[str, JSON] | None: ...
+    def change_token(self) -> int: ...
+    def wait_change(self, token: int, timeout: float) -> int: ...
+    def wake(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Faults:
+    """Fault injection for tests, without mocking the store (SPEC §3 "Test hooks").
+
+    `store.faults.arm("finish")` makes the next terminal write raise `StoreError`
+    before it commits; `arm("finish", times=3)` the next three. Points: `finish`,
+    `append_events`, `heartbeat`, `delivery_record`. In a child process set
+    `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
+    """
+
+    POINTS = frozenset({"finish", "append_events", "heartbeat", "delivery_record"})
+
+    def __init__(self) -> None:
+        self._armed: dict[str, int] = {}
+        self._lock = threading.Lock()
+        for item in filter(None, os.environ.get("TASKLAB_FAULTS", "").split(",")):
+            point, _, times = item.partition(":")
+            self.arm(point.strip(), int(times or 1))
+
+    def arm(self, point: str, times: int = 1) -> None:
+        if point not in self.POINTS:
+            raise ValueError(f"unknown fault point {point!r}; known: {sorted(self.POINTS)}")
+        with self._lock:
+            self._armed[point] = self._armed.get(point, 0) + times
+
+    def check(self, point: str) -> None:
+        with self._lock:
+            left = self._armed.get(point, 0)
+            if left <= 0:
+                return
+            self._armed[point] = left - 1
+        raise StoreError(f"injected fault at {point!r}")
+
+
+def counter_names() -> Iterator[str]:
+    """The recovery-health counters every store keeps (SPEC §3)."""
+    yield from (
+        "expired_leases",
+        "rejected_stale_writes",
+        "terminal_write_failures",
+        "notifications_delivered",
+        "delivery_failures",
+    )

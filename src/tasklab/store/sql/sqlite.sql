@@ -1,0 +1,303 @@
+-- name: schema_1
+-- The first schema. Times are julian days (REAL) from the database clock, ms resolution.
+CREATE TABLE IF NOT EXISTS tasks (
+    id              TEXT PRIMARY KEY,
+    task            TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    attempt         INTEGER NOT NULL DEFAULT 0,
+    max_attempts    INTEGER NOT NULL,
+    retry_safe      INTEGER NOT NULL,
+    request_bound   INTEGER NOT NULL DEFAULT 0,
+    timeout         REAL,
+    epoch           INTEGER NOT NULL DEFAULT 0,
+    event_seq       INTEGER NOT NULL DEFAULT 0,
+    idempotency_key TEXT UNIQUE,
+    result          TEXT,
+    error_code      TEXT,
+    error_message   TEXT,
+    cancel_reason   TEXT,
+    lease_owner     TEXT,
+    lease_until     REAL,
+    run_after       REAL NOT NULL,
+    created_at      REAL NOT NULL,
+    started_at      REAL,
+    finished_at     REAL
+);
+CREATE INDEX IF NOT EXISTS tasks_claimable ON tasks (run_after) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (lease_until)
+    WHERE state IN ('running', 'cancel_requested');
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, id);
+CREATE TABLE IF NOT EXISTS events (
+    task_id  TEXT NOT NULL,
+    seq      INTEGER NOT NULL,
+    attempt  INTEGER NOT NULL,
+    type     TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       REAL NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS effects (
+    task_id    TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    result     TEXT,
+    attempt    INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    done_at    REAL,
+    PRIMARY KEY (task_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    event_id   TEXT PRIMARY KEY,
+    task_id    TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deliveries (
+    event_id        TEXT NOT NULL,
+    url             TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    delivered_at    REAL,
+    next_attempt_at REAL NOT NULL,
+    last_error      TEXT,
+    PRIMARY KEY (event_id, url)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS workers (
+    id         TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    started_at REAL NOT NULL
+);
+
+-- name: schema_version_create
+-- The table that records which migrations ran.
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+
+-- name: schema_version_get
+-- The highest migration applied.
+SELECT COALESCE(MAX(version), 0) AS version FROM schema_version;
+
+-- name: schema_version_set
+-- Record a migration as applied.
+INSERT INTO schema_version (version) VALUES (:version);
+
+-- name: now
+-- The database clock.
+SELECT julianday('now') AS now;
+
+-- name: insert_task
+-- A new queued task; the idempotency key is unique.
+INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
+                   timeout, idempotency_key, run_after, created_at)
+VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
+        :timeout, :idempotency_key, julianday('now'), julianday('now'));
+
+-- name: task_by_key
+-- The task holding an idempotency key.
+SELECT * FROM tasks WHERE idempotency_key = :key;
+
+-- name: get_task
+-- One task.
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: list_tasks
+-- A page of tasks, newest first (ids sort by creation time), optionally of one state.
+SELECT * FROM tasks
+WHERE (:state IS NULL OR state = :state) AND (:cursor IS NULL OR id < :cursor)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: count_states
+-- Tasks per state.
+SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
+
+-- name: states_of
+-- The current state of several tasks (JSON array of ids).
+SELECT id, state FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: cancel_queued
+-- queued -> cancelled, terminal at once.
+UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = julianday('now')
+WHERE id = :id AND state = 'queued';
+
+-- name: cancel_running
+-- running -> cancel_requested; the executor sees it at its next checkpoint.
+UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
+WHERE id = :id AND state = 'running';
+
+-- name: claim_next
+-- Claim up to :limit runnable tasks of the given names (JSON array): new epoch, new lease.
+UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
+    started_at = julianday('now'), error_code = NULL, error_message = NULL
+WHERE id IN (
+    SELECT id FROM tasks
+    WHERE state = 'queued' AND run_after <= julianday('now')
+      AND task IN (SELECT value FROM json_each(:names))
+    ORDER BY run_after, id LIMIT :limit)
+RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: claim_id
+-- Claim one given task if it is queued (run_after is not waited for: the caller asked).
+UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
+    started_at = julianday('now'), error_code = NULL, error_message = NULL
+WHERE id = :id AND state = 'queued'
+RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: queued_ids
+-- Runnable task ids of the given names, oldest first (a hint; claiming decides).
+SELECT id FROM tasks
+WHERE state = 'queued' AND run_after <= julianday('now')
+  AND task IN (SELECT value FROM json_each(:names))
+ORDER BY run_after, id LIMIT :limit;
+
+-- name: next_run_after
+-- Seconds until the earliest delayed task of the given names becomes runnable.
+SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks
+WHERE state = 'queued' AND task IN (SELECT value FROM json_each(:names));
+
+-- name: fence
+-- The fencing check: the claimed epoch, a live state and an unexpired lease, by the
+-- database clock. Takes the per-task event counter forward by :n in the same statement.
+UPDATE tasks SET event_seq = event_seq + :n
+WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
+  AND lease_until > julianday('now')
+RETURNING state, attempt, max_attempts, retry_safe, event_seq;
+
+-- name: insert_event
+-- One event, numbered by the task's counter.
+INSERT INTO events (task_id, seq, attempt, type, data, at)
+VALUES (:task_id, :seq, :attempt, :type, :data, julianday('now'));
+
+-- name: heartbeat
+-- Renew a lease if the authority still holds; answers the state (cancel delivery).
+UPDATE tasks SET lease_until = julianday('now') + :lease / 86400.0
+WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
+  AND lease_until > julianday('now')
+RETURNING state;
+
+-- name: finish
+-- The terminal (or retry) write, conditional on the state read under the fence.
+UPDATE tasks SET state = :state, result = :result, error_code = :error_code,
+    error_message = :error_message, cancel_reason = COALESCE(cancel_reason, :reason),
+    finished_at = CASE WHEN :terminal THEN julianday('now') END,
+    lease_owner = NULL, lease_until = NULL,
+    run_after = julianday('now') + :delay / 86400.0
+WHERE id = :id AND epoch = :epoch AND state = :from_state;
+
+-- name: release
+-- Give back a claim that never started: attempt goes back, the epoch stays.
+UPDATE tasks SET state = 'queued', attempt = attempt - 1, lease_owner = NULL,
+    lease_until = NULL, started_at = NULL
+WHERE id = :id AND epoch = :epoch AND state = 'running';
+
+-- name: insert_outbox
+-- The notification of a terminal transition, in the same transaction.
+INSERT INTO outbox (event_id, task_id, created_at) VALUES (:event_id, :task_id, julianday('now'));
+
+-- name: expired
+-- Live tasks whose lease has run out.
+SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM tasks
+WHERE state IN ('running', 'cancel_requested') AND lease_until <= julianday('now')
+ORDER BY lease_until LIMIT :limit;
+
+-- name: live
+-- Every live task (exclusive recovery only).
+SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM tasks
+WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit;
+
+-- name: resolve_expired
+-- Apply a lease-expiry outcome, if the task is still as it was read.
+UPDATE tasks SET state = :state, error_code = :error_code, error_message = :error_message,
+    finished_at = CASE WHEN :terminal THEN julianday('now') END,
+    lease_owner = NULL, lease_until = NULL,
+    run_after = julianday('now') + :delay / 86400.0
+WHERE id = :id AND epoch = :epoch AND state = :from_state
+  AND (:exclusive OR lease_until <= julianday('now'));
+
+-- name: effect_get
+-- What a previous attempt recorded about one external side effect.
+SELECT key, status, result, attempt FROM effects WHERE task_id = :task_id AND key = :key;
+
+-- name: effect_start
+-- Record that an external side effect is about to happen.
+INSERT INTO effects (task_id, key, status, attempt, started_at)
+VALUES (:task_id, :key, 'started', :attempt, julianday('now'))
+ON CONFLICT (task_id, key) DO UPDATE SET status = 'started', attempt = :attempt,
+    started_at = julianday('now'), done_at = NULL, result = NULL;
+
+-- name: effect_done
+-- Record that an external side effect completed.
+UPDATE effects SET status = 'done', result = :result, done_at = julianday('now')
+WHERE task_id = :task_id AND key = :key;
+
+-- name: events_after
+-- Events of one task after a sequence number.
+SELECT task_id, seq, attempt, type, data, at FROM events
+WHERE task_id = :task_id AND seq > :after ORDER BY seq LIMIT :limit;
+
+-- name: bump_counter
+-- Add to a recovery-health counter.
+INSERT INTO counters (name, value) VALUES (:name, :n)
+ON CONFLICT (name) DO UPDATE SET value = value + :n;
+
+-- name: counters
+-- Every counter.
+SELECT name, value FROM counters;
+
+-- name: register_worker
+-- An executor announces itself (liveness is the lock, this row is for people).
+INSERT INTO workers (id, host, pid, started_at) VALUES (:id, :host, :pid, julianday('now'));
+
+-- name: unregister_worker
+-- An executor leaves.
+DELETE FROM workers WHERE id = :id;
+
+-- name: clear_workers
+-- Exclusive recovery: no executor holds the lock, so every row is stale.
+DELETE FROM workers;
+
+-- name: list_workers
+-- Registered executors.
+SELECT id, host, pid, started_at FROM workers ORDER BY started_at;
+
+-- name: outbox_pending
+-- Notifications with a delivery due for a URL (deliveries are created lazily).
+SELECT o.event_id, o.task_id, o.created_at, d.attempts FROM outbox o
+LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
+WHERE d.delivered_at IS NULL AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= julianday('now'))
+ORDER BY o.created_at LIMIT :limit;
+
+-- name: delivery_attempted
+-- Record one delivery attempt and when to try again.
+INSERT INTO deliveries (event_id, url, attempts, delivered_at, next_attempt_at, last_error)
+VALUES (:event_id, :url, 1, CASE WHEN :ok THEN julianday('now') END,
+        julianday('now') + :delay / 86400.0, :error)
+ON CONFLICT (event_id, url) DO UPDATE SET attempts = attempts + 1,
+    delivered_at = CASE WHEN :ok THEN julianday('now') END,
+    next_attempt_at = julianday('now') + :delay / 86400.0, last_error = :error;
+
+-- name: outbox_for_task
+-- The notification row of one task, if any.
+SELECT event_id, task_id, created_at FROM outbox WHERE task_id = :task_id;
+
+-- name: oldest_undelivered
+-- Seconds since the oldest notification not yet delivered to :url (notification lag).
+SELECT (julianday('now') - MIN(o.created_at)) * 86400.0 AS lag FROM outbox o
+LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
+WHERE d.delivered_at IS NULL;
+
+-- name: savepoint_body
+-- Mark the start of a transactional task's own work.
+SAVEPOINT task_body;
+
+-- name: rollback_body
+-- Undo a failed transactional task's own work (the claim stays).
+ROLLBACK TO SAVEPOINT task_body;
+
+-- name: release_body
+-- Keep the transactional task's work.
+RELEASE SAVEPOINT task_body;

@@ -1,0 +1,231 @@
+"""The embedded default store: one SQLite file in WAL mode, several processes.
+
+Liveness is a file lock beside the database (`<db>.executors.lock`): every executor
+holds it shared while alive; exclusive recovery takes it exclusively without waiting,
+so it fails with `WorkerAlive` while any executor lives (the kernel drops the lock of a
+SIGKILLed process). Wake-ups across processes come from `PRAGMA data_version`, polled
+every millisecond or two by one watcher thread on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from tasklab.errors import StoreError, WorkerAlive
+from tasklab.store import queries
+from tasklab.store.sqlstore import SqlStore
+
+_UNIX_EPOCH_JD = 2440587.5
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MIGRATIONS = ["schema_1"]
+
+
+class SQLiteStore(SqlStore):
+    integrity_errors = (sqlite3.IntegrityError,)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        busy_timeout: float = 3.0,
+        watch_interval: float = 0.001,
+    ) -> None:
+        super().__init__()
+        if durability not in ("full", "normal"):
+            raise ValueError("durability is 'full' or 'normal'")
+        self.path = Path(path)
+        self.url = f"sqlite:///{self.path}"
+        self.durability = durability
+        self._busy_timeout = busy_timeout
+        self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._all_conns: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self.q = queries.load("sqlite")
+        self._presence_lock = threading.Lock()
+        self._presence_count = 0
+        self._presence_fd: int | None = None
+        self._watch_interval = watch_interval
+        self._watch_cond = threading.Condition()
+        self._watch_token = 0
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._migrate()
+
+    # ---- connections ---------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False,
+                timeout=self._busy_timeout,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        with self._pool_lock:
+            self._all_conns.append(conn)
+        return conn
+
+    @contextmanager
+    def _conn(self) -> Iterator[sqlite3.Connection]:
+        try:
+            conn = self._pool.get_nowait()
+        except queue.Empty:
+            conn = self._connect()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            # driver errors stop here: the rest of tasklab sees only TasklabError
+            raise StoreError(f"SQLite: {exc}") from exc
+        finally:
+            if conn.in_transaction:  # never hand a connection on mid-transaction
+                conn.rollback()
+            self._pool.put(conn)
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._conn() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        # BEGIN IMMEDIATE: a deferred read-then-write transaction can fail with
+        # SQLITE_BUSY at its first write instead of waiting for the lock.
+        with self._conn() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._write() as conn:
+            conn.execute(self.q["schema_version_create"])
+            done = conn.execute(self.q["schema_version_get"]).fetchone()["version"]
+            for version, name in enumerate(MIGRATIONS, start=1):
+                if version > done:
+                    for stmt in self.q[name].split(";"):
+                        if stmt.strip():
+                            conn.execute(stmt)
+                    conn.execute(self.q["schema_version_set"], {"version": version})
+
+    # ---- dialect hooks -------------------------------------------------------------
+    def _dt(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
+        return _EPOCH + timedelta(milliseconds=ms)
+
+    def _list_param(self, values: list[str]) -> Any:
+        import json
+
+        return json.dumps(values)
+
+    # ---- liveness ------------------------------------------------------------------
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".executors.lock")
+
+    @contextmanager
+    def executor_presence(self) -> Iterator[None]:
+        """Hold the shared liveness lock while any executor of this store object runs.
+        Blocks while an exclusive recovery is in progress."""
+        with self._presence_lock:
+            if self._presence_count == 0:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                self._presence_fd = fd
+            self._presence_count += 1
+        try:
+            yield
+        finally:
+            with self._presence_lock:
+                self._presence_count -= 1
+                if self._presence_count == 0 and self._presence_fd is not None:
+                    os.close(self._presence_fd)  # closing drops the flock
+                    self._presence_fd = None
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise WorkerAlive(
+                    "another executor is alive (it holds the liveness lock "
+                    f"{self.lock_path}); stop it before exclusive recovery"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
+
+    # ---- change notification -------------------------------------------------------
+    def change_token(self) -> int:
+        self._ensure_watcher()
+        with self._watch_cond:
+            return self._watch_token
+
+    def wait_change(self, token: int, timeout: float) -> int:
+        """Block until any commit (from any process) after `token`, or the timeout."""
+        self._ensure_watcher()
+        with self._watch_cond:
+            self._watch_cond.wait_for(lambda: self._watch_token != token, timeout)
+            return self._watch_token
+
+    def _ensure_watcher(self) -> None:
+        if self._watcher is None:
+            with self._pool_lock:
+                if self._watcher is None:
+                    self._watcher = threading.Thread(
+                        target=self._watch, name="tasklab-sqlite-watch", daemon=True
+                    )
+                    self._watcher.start()
+
+    def _watch(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            last = conn.execute("PRAGMA data_version").fetchone()[0]
+            while not self._closed.wait(self._watch_interval):
+                now = conn.execute("PRAGMA data_version").fetchone()[0]
+                if now != last:
+                    last = now
+                    self.wake()
+        except sqlite3.Error:
+            return  # the store was closed under us
+        finally:
+            conn.close()
+
+    def wake(self) -> None:
+        """Wake local waiters now (commits from this process are also seen by the
+        watcher; this just saves the poll interval)."""
+        with self._watch_cond:
+            self._watch_token += 1
+            self._watch_cond.notify_all()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=1)
+        with self._pool_lock:
+            for conn in self._all_conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all_conns.clear()

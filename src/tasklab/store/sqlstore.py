@@ -1,0 +1,488 @@
+"""The store logic shared by SQLite and PostgreSQL, written once over DB-API.
+
+A dialect supplies connections, its named queries, how it begins a write transaction,
+how it converts times and lists, and its liveness lock; everything else — fencing,
+settling outcomes with the pure policy, the outbox row in the terminal transaction,
+recovery — lives here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from tasklab.core.models import (
+    JSON,
+    CancelOutcome,
+    Claim,
+    EffectRecord,
+    ErrorInfo,
+    Event,
+    Expired,
+    NewTask,
+    Outcome,
+    Page,
+    TaskSnapshot,
+)
+from tasklab.core.policy import Backoff, Settlement, expiry_outcome, settle
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import IdempotencyConflict, LeaseLost, TaskNotFound
+from tasklab.store.base import Faults, PendingEvent
+
+Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
+
+
+def dumps(value: JSON) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_task_id() -> str:
+    """Time-ordered ids (ms since the epoch, then randomness) so that `ORDER BY id`
+    is creation order and keyset pagination needs no second column."""
+    return f"{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def encode_cursor(task_id: str) -> str:
+    return base64.urlsafe_b64encode(task_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    if not cursor:
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        return base64.urlsafe_b64decode(padded.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        from tasklab.errors import InvalidPayload
+
+        raise InvalidPayload("cursor is not one this server handed out") from None
+
+
+class SqlStore:
+    """Shared implementation; subclasses provide the dialect hooks below."""
+
+    url: str
+    q: dict[str, str]
+    integrity_errors: tuple[type[BaseException], ...]
+
+    def __init__(self) -> None:
+        self.faults = Faults()
+
+    # ---- dialect hooks -------------------------------------------------------------
+    def _read(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _write(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _dt(self, value: Any) -> datetime | None:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _list_param(self, values: list[str]) -> Any:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def executor_presence(self) -> AbstractContextManager[None]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _exclusive(self) -> AbstractContextManager[None]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    # ---- helpers -------------------------------------------------------------------
+    def _x(self, conn: Any, name: str, **params: Any) -> Any:
+        return conn.execute(self.q[name], params)
+
+    def _one(self, conn: Any, name: str, **params: Any) -> Row | None:
+        # fetchall: a half-read RETURNING statement would still be active at COMMIT
+        rows = self._x(conn, name, **params).fetchall()
+        return rows[0] if rows else None
+
+    def _all(self, conn: Any, name: str, **params: Any) -> list[Row]:
+        return list(self._x(conn, name, **params).fetchall())
+
+    def _snapshot(self, row: Row) -> TaskSnapshot:
+        error = (
+            ErrorInfo(row["error_code"], row["error_message"] or "")
+            if row["error_code"]
+            else None
+        )
+        state = State(row["state"])
+        return TaskSnapshot(
+            id=row["id"],
+            task=row["task"],
+            payload=json.loads(row["payload"]),
+            state=state,
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            result=json.loads(row["result"]) if row["result"] is not None else None,
+            error=error,
+            cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
+            idempotency_key=row["idempotency_key"],
+            created_at=self._dt(row["created_at"]),  # type: ignore[arg-type]
+            started_at=self._dt(row["started_at"]),
+            finished_at=self._dt(row["finished_at"]),
+            lease_owner=row["lease_owner"],
+            lease_until=self._dt(row["lease_until"]),
+            run_after=self._dt(row["run_after"]),
+        )
+
+    def _claim(self, row: Row, owner: str) -> Claim:
+        return Claim(
+            task_id=row["id"],
+            task=row["task"],
+            payload=json.loads(row["payload"]),
+            epoch=row["epoch"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            owner=owner,
+        )
+
+    # ---- submitting and reading ----------------------------------------------------
+    def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
+        """Insert every item in one transaction. An existing idempotency key answers the
+        existing task (same name and payload) or raises IdempotencyConflict."""
+        out: list[tuple[str, bool]] = []
+        with self._write() as conn:
+            for item in items:
+                out.append(self._insert(conn, item))
+            rows = {tid: self._one(conn, "get_task", id=tid) for tid, _ in out}
+        return [(self._snapshot(rows[tid]), created) for tid, created in out]
+
+    def _insert(self, conn: Any, item: NewTask) -> tuple[str, bool]:
+        payload = dumps(item.payload)
+        if item.idempotency_key is not None:
+            existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+            if existing is not None:
+                return self._existing(existing, item, payload), False
+        tid = new_task_id()
+        self._x(
+            conn,
+            "insert_task",
+            id=tid,
+            task=item.task,
+            payload=payload,
+            max_attempts=item.max_attempts,
+            retry_safe=item.retry_safe,
+            request_bound=item.request_bound,
+            timeout=item.timeout,
+            idempotency_key=item.idempotency_key,
+        )
+        return tid, True
+
+    @staticmethod
+    def _existing(row: Row, item: NewTask, payload: str) -> str:
+        if row["task"] != item.task or json.loads(row["payload"]) != json.loads(payload):
+            raise IdempotencyConflict(
+                f"idempotency key {item.idempotency_key!r} belongs to task {row['id']} "
+                "with a different task name or payload"
+            )
+        return str(row["id"])
+
+    def get(self, task_id: str) -> TaskSnapshot:
+        with self._read() as conn:
+            row = self._one(conn, "get_task", id=task_id)
+        if row is None:
+            raise TaskNotFound(f"no task with id {task_id!r}")
+        return self._snapshot(row)
+
+    def list(self, state: State | None, limit: int, cursor: str | None) -> Page:
+        limit = max(1, min(int(limit), 1000))
+        after = decode_cursor(cursor)
+        with self._read() as conn:
+            rows = self._all(
+                conn,
+                "list_tasks",
+                state=state.value if state else None,
+                cursor=after,
+                limit=limit + 1,
+            )
+        items = [self._snapshot(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        return Page(items, encode_cursor(items[-1].id) if more and items else None)
+
+    def counts(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = self._all(conn, "count_states")
+        counts = {s.value: 0 for s in State}
+        counts.update({r["state"]: int(r["n"]) for r in rows})
+        return counts
+
+    def states_of(self, task_ids: list[str]) -> dict[str, State]:
+        if not task_ids:
+            return {}
+        with self._read() as conn:
+            rows = self._all(conn, "states_of", ids=self._list_param(task_ids))
+        return {r["id"]: State(r["state"]) for r in rows}
+
+    def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        with self._read() as conn:
+            rows = self._all(conn, "events_after", task_id=task_id, after=after, limit=limit)
+        return [
+            Event(r["task_id"], r["seq"], r["attempt"], r["type"], json.loads(r["data"]),
+                  self._dt(r["at"]))  # type: ignore[arg-type]
+            for r in rows
+        ]
+
+    def cancel(self, task_id: str, reason: CancelReason) -> CancelOutcome:
+        """queued → cancelled (terminal, outbox row); running → cancel_requested;
+        cancel_requested → accepted, unchanged; terminal → not accepted."""
+        with self._write() as conn:
+            if self._x(conn, "cancel_queued", id=task_id, reason=reason.value).rowcount:
+                self._x(conn, "insert_outbox", event_id=uuid.uuid4().hex, task_id=task_id)
+                return CancelOutcome(True, State.CANCELLED)
+            if self._x(conn, "cancel_running", id=task_id, reason=reason.value).rowcount:
+                return CancelOutcome(True, State.CANCEL_REQUESTED)
+            row = self._one(conn, "get_task", id=task_id)
+        if row is None:
+            raise TaskNotFound(f"no task with id {task_id!r}")
+        state = State(row["state"])
+        return CancelOutcome(state is State.CANCEL_REQUESTED, state)
+
+    # ---- executing -----------------------------------------------------------------
+    def claim(self, names: list[str], limit: int, owner: str, lease: float) -> list[Claim]:
+        if not names or limit <= 0:
+            return []
+        with self._write() as conn:
+            rows = self._all(
+                conn, "claim_next", names=self._list_param(names), limit=limit,
+                owner=owner, lease=lease,
+            )
+        return [self._claim(r, owner) for r in rows]
+
+    def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
+        with self._write() as conn:
+            row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=lease)
+        return self._claim(row, owner) if row else None
+
+    def queued_ids(self, names: list[str], limit: int) -> list[str]:
+        if not names:
+            return []
+        with self._read() as conn:
+            rows = self._all(conn, "queued_ids", names=self._list_param(names), limit=limit)
+        return [r["id"] for r in rows]
+
+    def seconds_until_runnable(self, names: list[str]) -> float | None:
+        if not names:
+            return None
+        with self._read() as conn:
+            row = self._one(conn, "next_run_after", names=self._list_param(names))
+        return None if row is None or row["wait"] is None else max(0.0, float(row["wait"]))
+
+    def heartbeat(self, claim: Claim, lease: float) -> State | None:
+        """Renew the lease; the answer carries a pending cancel. None: authority lost."""
+        with self._write() as conn:
+            self.faults.check("heartbeat")
+            row = self._one(conn, "heartbeat", id=claim.task_id, epoch=claim.epoch, lease=lease)
+        return State(row["state"]) if row else None
+
+    def _fenced(self, conn: Any, claim: Claim, events: list[PendingEvent]) -> Row:
+        row = self._one(conn, "fence", id=claim.task_id, epoch=claim.epoch, n=len(events))
+        if row is None:
+            raise LeaseLost(
+                f"task {claim.task_id} epoch {claim.epoch}: the claim no longer holds "
+                "(reassigned, expired or no longer live)"
+            )
+        first = int(row["event_seq"]) - len(events) + 1
+        for i, (etype, data) in enumerate(events):
+            self._x(
+                conn, "insert_event", task_id=claim.task_id, seq=first + i,
+                attempt=claim.attempt, type=etype, data=dumps(data),
+            )
+        return row
+
+    def append_events(self, claim: Claim, events: list[PendingEvent]) -> int:
+        with self._write() as conn:
+            self.faults.check("append_events")
+            row = self._fenced(conn, claim, events)
+        return int(row["event_seq"])
+
+    def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
+        """Flush the last events and commit the outcome, fenced, in one transaction; a
+        terminal state inserts its outbox row in the same transaction."""
+        with self._write() as conn:
+            row = self._fenced(conn, claim, events)
+            settled = settle(State(row["state"]), outcome)
+            self._apply(conn, claim.task_id, claim.epoch, State(row["state"]), settled, "finish")
+            self.faults.check("finish")
+        return settled.state
+
+    def _apply(
+        self, conn: Any, task_id: str, epoch: int, current: State, s: Settlement, query: str,
+        **extra: Any,
+    ) -> bool:
+        changed = self._x(
+            conn,
+            query,
+            id=task_id,
+            epoch=epoch,
+            from_state=current.value,
+            state=s.state.value,
+            result=dumps(s.result) if s.state is State.SUCCEEDED else None,
+            error_code=s.error.code if s.error else None,
+            error_message=s.error.message if s.error else None,
+            reason=s.reason.value if s.reason else None,
+            terminal=s.state.terminal,
+            delay=s.delay,
+            **extra,
+        ).rowcount
+        if changed and s.state.terminal:
+            self._x(conn, "insert_outbox", event_id=uuid.uuid4().hex, task_id=task_id)
+        return bool(changed)
+
+    def release(self, claim: Claim) -> bool:
+        with self._write() as conn:
+            return bool(self._x(conn, "release", id=claim.task_id, epoch=claim.epoch).rowcount)
+
+    def effect_get(self, task_id: str, key: str) -> EffectRecord:
+        with self._read() as conn:
+            row = self._one(conn, "effect_get", task_id=task_id, key=key)
+        if row is None:
+            return EffectRecord(key, "none")
+        result = json.loads(row["result"]) if row["result"] is not None else None
+        return EffectRecord(key, row["status"], result, row["attempt"])
+
+    def effect_start(self, claim: Claim, key: str) -> None:
+        with self._write() as conn:
+            self._fenced(conn, claim, [])
+            self._x(conn, "effect_start", task_id=claim.task_id, key=key, attempt=claim.attempt)
+
+    def effect_done(self, claim: Claim, key: str, result: JSON) -> None:
+        with self._write() as conn:
+            self._fenced(conn, claim, [])
+            self._x(conn, "effect_done", task_id=claim.task_id, key=key, result=dumps(result))
+
+    def run_transactional(
+        self, task_id: str, owner: str, body: Callable[[Any, Claim], Outcome]
+    ) -> State | None:
+        """Claim, run and settle in one transaction (SPEC §2 `transactional=True`).
+        A crash anywhere inside rolls everything back: the task is still queued."""
+        with self._write() as conn:
+            row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=3600.0)
+            if row is None:
+                return None
+            claim = self._claim(row, owner)
+            port = _TxPort(self, conn, claim)
+            self._x(conn, "savepoint_body")
+            outcome = body(port, claim)
+            if outcome.kind != "return":
+                self._x(conn, "rollback_body")  # the task's own writes go with its failure
+                port.replay_events()
+            self._x(conn, "release_body")
+            row = self._fenced(conn, claim, [])
+            settled = settle(State(row["state"]), outcome)
+            self._apply(conn, claim.task_id, claim.epoch, State(row["state"]), settled, "finish")
+            return settled.state
+
+    # ---- recovery ------------------------------------------------------------------
+    def expire(self, backoff: Backoff) -> list[str]:
+        """The reaper: settle tasks whose lease ran out, by the lease-expiry policy."""
+        resolved = self._resolve("expired", backoff, exclusive=False)
+        if resolved:
+            self.bump("expired_leases", len(resolved))
+        return resolved
+
+    def recover_running(self, backoff: Backoff) -> list[str]:
+        """Exclusive recovery: with no executor alive, settle every live task now."""
+        with self._exclusive():
+            resolved = self._resolve("live", backoff, exclusive=True)
+            with self._write() as conn:
+                self._x(conn, "clear_workers")
+        return resolved
+
+    def _resolve(self, query: str, backoff: Backoff, *, exclusive: bool) -> list[str]:
+        resolved: list[str] = []
+        while True:
+            with self._write() as conn:
+                rows = self._all(conn, query, limit=500)
+                for r in rows:
+                    task = Expired(
+                        r["id"], r["epoch"], State(r["state"]), r["attempt"],
+                        r["max_attempts"], bool(r["retry_safe"]), bool(r["request_bound"]),
+                    )
+                    settled = settle(task.state, expiry_outcome(task, backoff))
+                    if self._apply(conn, task.task_id, task.epoch, task.state, settled,
+                                   "resolve_expired", exclusive=exclusive):
+                        resolved.append(task.task_id)
+            if len(rows) < 500:
+                return resolved
+
+    # ---- workers, counters, outbox -------------------------------------------------
+    def register_worker(self, worker_id: str) -> None:
+        with self._write() as conn:
+            self._x(conn, "register_worker", id=worker_id, host=os.uname().nodename,
+                    pid=os.getpid())
+
+    def unregister_worker(self, worker_id: str) -> None:
+        with self._write() as conn:
+            self._x(conn, "unregister_worker", id=worker_id)
+
+    def workers(self) -> list[dict[str, JSON]]:
+        with self._read() as conn:
+            rows = self._all(conn, "list_workers")
+        return [{"id": r["id"], "host": r["host"], "pid": r["pid"]} for r in rows]
+
+    def bump(self, name: str, n: int = 1) -> None:
+        with self._write() as conn:
+            self._x(conn, "bump_counter", name=name, n=n)
+
+    def counters(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = self._all(conn, "counters")
+        from tasklab.store.base import counter_names
+
+        out = dict.fromkeys(counter_names(), 0)
+        out.update({r["name"]: int(r["value"]) for r in rows})
+        return out
+
+    def outbox_pending(self, url: str, limit: int) -> list[dict[str, JSON]]:
+        with self._read() as conn:
+            rows = self._all(conn, "outbox_pending", url=url, limit=limit)
+        return [{"event_id": r["event_id"], "task_id": r["task_id"],
+                 "attempts": r["attempts"] or 0} for r in rows]
+
+    def record_delivery(
+        self, event_id: str, url: str, ok: bool, delay: float, error: str | None
+    ) -> None:
+        with self._write() as conn:
+            self.faults.check("delivery_record")
+            self._x(conn, "delivery_attempted", event_id=event_id, url=url, ok=ok,
+                    delay=delay, error=error)
+
+    def notification_lag(self, url: str) -> float:
+        with self._read() as conn:
+            row = self._one(conn, "oldest_undelivered", url=url)
+        return float(row["lag"]) if row and row["lag"] is not None else 0.0
+
+    def outbox_for(self, task_id: str) -> dict[str, JSON] | None:
+        with self._read() as conn:
+            row = self._one(conn, "outbox_for_task", task_id=task_id)
+        return {"event_id": row["event_id"], "task_id": row["task_id"]} if row else None
+
+
+class _TxPort:
+    """The context's window into a transactional run: events go into the open
+    transaction; `connection` lets the task do its own database work in it."""
+
+    def __init__(self, store: SqlStore, conn: Any, claim: Claim) -> None:
+        self._store = store
+        self.connection = conn
+        self._claim = claim
+        self._written: list[PendingEvent] = []
+
+    def append_events(self, events: list[PendingEvent]) -> int:
+        row = self._store._fenced(self.connection, self._claim, events)
+        self._written.extend(events)
+        return int(row["event_seq"])
+
+    def replay_events(self) -> None:
+        """After rolling back the body, write its events again: progress is kept."""
+        if self._written:
+            self._store._fenced(self.connection, self._claim, self._written)
+

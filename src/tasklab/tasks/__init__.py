@@ -1,0 +1,1 @@
+"""Built-in tasks, registered on every TaskApp."""
