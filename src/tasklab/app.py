@@ -54,7 +54,7 @@ class TaskApp:
         self.settings = settings or Settings.from_env()
         self.db = db or os.environ.get("TASKLAB_DB") or DEFAULT_DB
         self.data_dir = data_dir if data_dir is not None else os.environ.get("TASKLAB_DATA_DIR")
-        self.store: Store = store or open_store(self.db, **self._store_options())
+        self._store: Store | None = store
         self.registry = Registry()
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -62,6 +62,14 @@ class TaskApp:
         self.registry.add(
             TaskDef("stream_text", _stream_text.stream_text, check=_stream_text.check)
         )
+
+    @property
+    def store(self) -> Store:
+        """Opened on first use, so that importing a module that defines an app (for
+        `--app module:attr`) touches no database."""
+        if self._store is None:
+            self._store = open_store(self.db, **self._store_options())
+        return self._store
 
     def _store_options(self) -> dict[str, Any]:
         if self.db.startswith("sqlite:"):
@@ -244,7 +252,8 @@ class TaskApp:
 
     def close(self) -> None:
         self.monitor.stop()
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> TaskApp:
         return self

@@ -157,12 +157,8 @@ class SqlStore:
 
     def _insert(self, conn: Any, item: NewTask) -> tuple[str, bool]:
         payload = dumps(item.payload)
-        if item.idempotency_key is not None:
-            existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-            if existing is not None:
-                return self._existing(existing, item, payload), False
         tid = new_task_id()
-        self._x(
+        inserted = self._x(
             conn,
             "insert_task",
             id=tid,
@@ -173,8 +169,13 @@ class SqlStore:
             request_bound=item.request_bound,
             timeout=item.timeout,
             idempotency_key=item.idempotency_key,
-        )
-        return tid, True
+        ).rowcount
+        if inserted:
+            return tid, True
+        # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
+        # concurrent submit, which this statement waited for).
+        existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+        return self._existing(existing, item, payload), False
 
     @staticmethod
     def _existing(row: Row, item: NewTask, payload: str) -> str:

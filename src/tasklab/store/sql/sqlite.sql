@@ -93,7 +93,8 @@ SELECT julianday('now') AS now;
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, idempotency_key, run_after, created_at)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
-        :timeout, :idempotency_key, julianday('now'), julianday('now'));
+        :timeout, :idempotency_key, julianday('now'), julianday('now'))
+ON CONFLICT (idempotency_key) DO NOTHING;
 
 -- name: task_by_key
 -- The task holding an idempotency key.

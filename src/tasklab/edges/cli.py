@@ -1,0 +1,252 @@
+"""The `tasklab` command. Every command takes `--db` and `--app` after its name;
+every command that prints a task takes `--json`. Errors: one line on stderr, non-zero
+exit (2 for bad input, 1 for everything else)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tasklab.app import DEFAULT_DB, TaskApp
+from tasklab.core.models import TaskSnapshot
+from tasklab.core.states import State
+from tasklab.edges import watching
+from tasklab.edges.loading import load_app
+from tasklab.errors import (
+    IdempotencyConflict,
+    InvalidPayload,
+    TaskNotFound,
+    TasklabError,
+    UnknownTask,
+)
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="tasklab: durable tasks that tell the truth.")
+out = Console()
+err = Console(stderr=True)
+
+Db = Annotated[str, typer.Option("--db", envvar="TASKLAB_DB", help="Database URL.")]
+AppSpec = Annotated[str | None, typer.Option("--app", envvar="TASKLAB_APP",
+                                             help="module:attr of a TaskApp with your tasks.")]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+DataDir = Annotated[str | None, typer.Option("--data-dir", envvar="TASKLAB_DATA_DIR",
+                                             help="Directory tasks may read files from.")]
+Lease = Annotated[float, typer.Option("--lease", envvar="TASKLAB_LEASE", min=1.0,
+                                      help="Lease seconds.")]
+Drain = Annotated[float, typer.Option("--drain-timeout", min=0.0,
+                                      help="Seconds running tasks get to finish at shutdown.")]
+Runner = Annotated[str, typer.Option("--runner", help="thread | process | async")]
+Concurrency = Annotated[int, typer.Option("--concurrency", min=1)]
+Webhook = Annotated[list[str] | None, typer.Option("--webhook", help="Repeatable webhook URL.")]
+
+BAD_INPUT = (InvalidPayload, UnknownTask, IdempotencyConflict, TaskNotFound, ValueError)
+T = TypeVar("T")
+
+
+@contextmanager
+def _app(db: str, spec: str | None, **kw: Any) -> Iterator[TaskApp]:
+    app = _guard(lambda: load_app(db, spec, **kw))
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except BAD_INPUT as exc:
+        _fail(exc, 2)
+    except (TasklabError, OSError) as exc:
+        _fail(exc, 1)
+
+
+def _fail(exc: BaseException, code: int) -> Any:
+    name = getattr(exc, "code", type(exc).__name__)
+    err.print(f"error: {name}: {exc}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _print_task(snap: TaskSnapshot, as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps(snap.to_json()))
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in snap.to_json().items():
+        shown = json.dumps(value) if isinstance(value, dict | list) else str(value)
+        table.add_row(key, shown if len(shown) < 200 else shown[:197] + "…")
+    out.print(table)
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidPayload(f"--payload is not valid JSON: {exc}") from None
+
+
+@cli.command()
+def submit(
+    task: Annotated[str, typer.Argument(help="Registered task name.")],
+    payload: Annotated[str, typer.Option("--payload", help="JSON object.")] = "{}",
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts", min=1)] = None,
+    db: Db = DEFAULT_DB, app: AppSpec = None, data_dir: DataDir = None, as_json: AsJson = False,
+) -> None:
+    """Queue a task; prints its id."""
+    with _app(db, app, data_dir=data_dir) as a:
+        snap, created = _guard(lambda: a.submit_ex(task, _parse_json(payload), key, max_attempts))
+        if as_json:
+            out.print_json(json.dumps({"id": snap.id, "created": created,
+                                       "task": snap.to_json()}))
+        else:
+            print(snap.id)
+
+
+@cli.command()
+def status(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None,
+           as_json: AsJson = False) -> None:
+    """Show one task."""
+    with _app(db, app) as a:
+        _print_task(_guard(lambda: a.query(task_id)), as_json)
+
+
+@cli.command("list")
+def list_(
+    state: Annotated[str | None, typer.Option("--state")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    cursor: Annotated[str | None, typer.Option("--cursor")] = None,
+    db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False,
+) -> None:
+    """List tasks, newest first."""
+    with _app(db, app) as a:
+        page = _guard(lambda: a.list(state, limit, cursor))
+        if as_json:
+            out.print_json(json.dumps({"items": [s.to_json(payload=False) for s in page.items],
+                                       "next_cursor": page.next_cursor}))
+            return
+        table = Table("id", "task", "state", "attempt", "created", "error")
+        for s in page.items:
+            table.add_row(s.id, s.task, s.state.value, f"{s.attempt}/{s.max_attempts}",
+                          s.to_json()["created_at"], s.error.code if s.error else "")
+        out.print(table)
+        if page.next_cursor:
+            out.print(f"more: --cursor {page.next_cursor}")
+
+
+@cli.command()
+def cancel(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None,
+           as_json: AsJson = False) -> None:
+    """Cancel a task: queued → cancelled, running → cancel_requested."""
+    with _app(db, app) as a:
+        outcome = _guard(lambda: a.cancel(task_id))
+        snap = a.query(task_id)
+        if as_json:
+            out.print_json(json.dumps({"request_accepted": outcome.request_accepted,
+                                       "task": snap.to_json()}))
+        else:
+            print(f"request_accepted={str(outcome.request_accepted).lower()} "
+                  f"state={snap.state.value}")
+
+
+@cli.command()
+def recover(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Exclusive recovery: refuses while any executor is alive; otherwise settles every
+    running task as its lease expiry would (retry-safe → queued, else outcome_unknown)."""
+    with _app(db, app) as a:
+        ids = _guard(a.recover_running)
+        if as_json:
+            out.print_json(json.dumps({"resolved": ids}))
+        else:
+            for tid in ids:
+                print(tid)
+            err.print(f"resolved {len(ids)} task(s)")
+
+
+@cli.command()
+def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Counts per state and the recovery-health counters."""
+    with _app(db, app) as a:
+        doc = {"counts": _guard(a.counts), "counters": a.store.counters(),
+               "workers": a.store.workers()}
+        if as_json:
+            out.print_json(json.dumps(doc))
+            return
+        table = Table("what", "value")
+        for k, v in doc["counts"].items():
+            table.add_row(f"tasks {k}", str(v))
+        for k, v in doc["counters"].items():
+            table.add_row(k, str(v))
+        table.add_row("live workers (registered)", str(len(doc["workers"])))
+        out.print(table)
+
+
+@cli.command()
+def watch(
+    task_id: str,
+    after: Annotated[int, typer.Option("--after", min=0, help="Resume after this seq.")] = 0,
+    url: Annotated[str | None, typer.Option("--url", help="Follow over HTTP SSE.")] = None,
+    db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False,
+) -> None:
+    """Follow a task's events live with a progress bar until it ends."""
+    if url:
+        final = _guard(lambda: watching.watch_http(url, task_id, after, out, as_json))
+        raise typer.Exit(0 if final.get("state") == "succeeded" else 3)
+    with _app(db, app) as a:
+        snap = _guard(lambda: watching.watch_store(a, task_id, after, out, as_json))
+        if as_json:
+            out.print_json(json.dumps(snap.to_json()))
+        raise typer.Exit(0 if snap.state is State.SUCCEEDED else 3)
+
+
+@cli.command()
+def worker(
+    db: Db = DEFAULT_DB, app: AppSpec = None, concurrency: Concurrency = 4,
+    runner: Runner = "thread", lease: Lease = 30.0, drain_timeout: Drain = 10.0,
+    data_dir: DataDir = None, webhook: Webhook = None,
+) -> None:
+    """Claim and run tasks until SIGTERM/SIGINT, then shut down gracefully (exit 0)."""
+    hooks = _webhooks(webhook)
+    with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
+        stop = threading.Event()
+        _on_signals(stop.set)
+        w = _guard(lambda: a.worker(runner=runner, concurrency=concurrency,
+                                    webhooks=hooks).start())
+        err.print(f"tasklab worker ready: {concurrency} {runner} slots on {db}",
+                  highlight=False)
+        while not stop.wait(0.2):
+            pass
+        report = w.stop()
+        err.print(f"tasklab worker stopped: {json.dumps(report)}", highlight=False)
+
+
+def _webhooks(given: list[str] | None) -> list[str]:
+    import os
+
+    env = [u.strip() for u in os.environ.get("TASKLAB_WEBHOOKS", "").split(",") if u.strip()]
+    return list(given or []) + env
+
+
+def _on_signals(handler: Callable[[], None]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: handler())
+
+
+def main() -> None:
+    try:
+        cli()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The PostgreSQL store: many workers on many machines share one database.
+
+Claims use `FOR UPDATE SKIP LOCKED`; every time is `clock_timestamp()`. Liveness is a
+shared advisory lock held by every executor on a dedicated session; exclusive recovery
+takes it exclusively without waiting. Wake-ups: one dedicated autocommit connection per
+store LISTENs; triggers NOTIFY the task id at commit, and local waiters are woken.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from tasklab.errors import StoreError, WorkerAlive
+from tasklab.store import queries
+from tasklab.store.sqlstore import SqlStore
+
+MIGRATIONS = ["schema_1"]
+
+
+class PostgresStore(SqlStore):
+    integrity_errors = (psycopg.errors.IntegrityError,)
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
+                 statement_timeout_ms: int = 4000) -> None:
+        super().__init__()
+        self.url = url
+        self.q = queries.load("postgres", pyformat=True)
+        self._conninfo = url
+        self._options = f"-c statement_timeout={statement_timeout_ms}"
+        try:
+            self._pool = ConnectionPool(
+                url, min_size=min_size, max_size=max_size, open=True, timeout=10,
+                kwargs={"autocommit": True, "row_factory": dict_row,
+                        "options": self._options},
+            )
+            self._pool.wait(timeout=10)
+        except (psycopg.Error, Exception) as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {url}: {exc}") from exc
+        self._presence_lock = threading.Lock()
+        self._presence_count = 0
+        self._presence_conn: psycopg.Connection[Any] | None = None
+        self._cond = threading.Condition()
+        self._token = 0
+        self._listener: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._migrate()
+
+    def _dedicated(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row,
+                               options=self._options)
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            conn.execute(self.q["migration_lock"])
+            conn.execute(self.q["schema_version_create"])
+            done = conn.execute(self.q["schema_version_get"]).fetchone()["version"]
+            for version, name in enumerate(MIGRATIONS, start=1):
+                if version > done:
+                    conn.execute(self.q[name].replace("%%", "%"))
+                    conn.execute(self.q["schema_version_set"], {"version": version})
+
+    def _dt(self, value: Any) -> datetime | None:
+        return value.astimezone(UTC) if value is not None else None
+
+    def _list_param(self, values: list[str]) -> Any:
+        return list(values)
+
+    # ---- liveness ------------------------------------------------------------------
+    @contextmanager
+    def executor_presence(self) -> Iterator[None]:
+        with self._presence_lock:
+            if self._presence_count == 0:
+                conn = self._dedicated()
+                conn.execute(self.q["presence_lock"])
+                self._presence_conn = conn
+            self._presence_count += 1
+        try:
+            yield
+        finally:
+            with self._presence_lock:
+                self._presence_count -= 1
+                if self._presence_count == 0 and self._presence_conn is not None:
+                    self._presence_conn.close()  # the session's locks go with it
+                    self._presence_conn = None
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        with self._dedicated() as conn:
+            if not conn.execute(self.q["exclusive_try"]).fetchone()["ok"]:
+                raise WorkerAlive(
+                    "another executor is alive (it holds the advisory presence lock); "
+                    "stop it before exclusive recovery"
+                )
+            try:
+                yield
+            finally:
+                conn.execute(self.q["exclusive_release"])
+
+    # ---- change notification -------------------------------------------------------
+    def change_token(self) -> int:
+        self._ensure_listener()
+        with self._cond:
+            return self._token
+
+    def wait_change(self, token: int, timeout: float) -> int:
+        self._ensure_listener()
+        with self._cond:
+            self._cond.wait_for(lambda: self._token != token, timeout)
+            return self._token
+
+    def wake(self) -> None:
+        with self._cond:
+            self._token += 1
+            self._cond.notify_all()
+
+    def _ensure_listener(self) -> None:
+        if self._listener is None:
+            with self._presence_lock:
+                if self._listener is None:
+                    ready = threading.Event()
+                    self._listener = threading.Thread(
+                        target=self._listen, args=(ready,), name="tasklab-pg-listen",
+                        daemon=True,
+                    )
+                    self._listener.start()
+                    ready.wait(5)
+
+    def _listen(self, ready: threading.Event) -> None:
+        while not self._closed.is_set():
+            try:
+                with self._dedicated() as conn:
+                    conn.execute(self.q["listen"])
+                    ready.set()
+                    self.wake()  # anything may have happened while we were not listening
+                    while not self._closed.is_set():
+                        got = False
+                        for _ in conn.notifies(timeout=0.5, stop_after=1):
+                            got = True
+                        if got:
+                            self.wake()
+            except psycopg.Error:
+                ready.set()
+                self._closed.wait(0.5)
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._listener is not None:
+            self._listener.join(timeout=2)
+        if self._presence_conn is not None:
+            self._presence_conn.close()
+        self._pool.close()

@@ -1,0 +1,352 @@
+-- name: schema_1
+-- The first schema. Times are timestamptz from clock_timestamp() (now() is the
+-- transaction's start, not the moment of the write).
+CREATE TABLE IF NOT EXISTS tasks (
+    id              TEXT PRIMARY KEY,
+    task            TEXT NOT NULL,
+    payload         TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    attempt         INTEGER NOT NULL DEFAULT 0,
+    max_attempts    INTEGER NOT NULL,
+    retry_safe      BOOLEAN NOT NULL,
+    request_bound   BOOLEAN NOT NULL DEFAULT FALSE,
+    timeout         DOUBLE PRECISION,
+    epoch           BIGINT NOT NULL DEFAULT 0,
+    event_seq       BIGINT NOT NULL DEFAULT 0,
+    idempotency_key TEXT UNIQUE,
+    result          TEXT,
+    error_code      TEXT,
+    error_message   TEXT,
+    cancel_reason   TEXT,
+    lease_owner     TEXT,
+    lease_until     TIMESTAMPTZ,
+    run_after       TIMESTAMPTZ NOT NULL,
+    created_at      TIMESTAMPTZ NOT NULL,
+    started_at      TIMESTAMPTZ,
+    finished_at     TIMESTAMPTZ
+);
+CREATE INDEX IF NOT EXISTS tasks_claimable ON tasks (run_after, id) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS tasks_live ON tasks (lease_until)
+    WHERE state IN ('running', 'cancel_requested');
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, id);
+CREATE TABLE IF NOT EXISTS events (
+    task_id  TEXT NOT NULL,
+    seq      BIGINT NOT NULL,
+    attempt  INTEGER NOT NULL,
+    type     TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+CREATE TABLE IF NOT EXISTS effects (
+    task_id    TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    status     TEXT NOT NULL,
+    result     TEXT,
+    attempt    INTEGER NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL,
+    done_at    TIMESTAMPTZ,
+    PRIMARY KEY (task_id, key)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    event_id   TEXT PRIMARY KEY,
+    task_id    TEXT NOT NULL UNIQUE,
+    created_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS deliveries (
+    event_id        TEXT NOT NULL,
+    url             TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    delivered_at    TIMESTAMPTZ,
+    next_attempt_at TIMESTAMPTZ NOT NULL,
+    last_error      TEXT,
+    PRIMARY KEY (event_id, url)
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name  TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (
+    id         TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL
+);
+-- Wake-ups: notifications carry a task id only and arrive at commit; readers re-read.
+CREATE OR REPLACE FUNCTION tasklab_notify_task() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('tasklab', NEW.id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE FUNCTION tasklab_notify_event() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('tasklab', NEW.task_id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS tasks_notify ON tasks;
+CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE ON tasks
+    FOR EACH ROW EXECUTE FUNCTION tasklab_notify_task();
+DROP TRIGGER IF EXISTS events_notify ON events;
+CREATE TRIGGER events_notify AFTER INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION tasklab_notify_event();
+
+-- name: schema_version_create
+-- The table that records which migrations ran.
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+
+-- name: schema_version_get
+-- The highest migration applied.
+SELECT COALESCE(MAX(version), 0) AS version FROM schema_version;
+
+-- name: schema_version_set
+-- Record a migration as applied.
+INSERT INTO schema_version (version) VALUES (:version);
+
+-- name: migration_lock
+-- Serialise migrations between processes opening the same database.
+SELECT pg_advisory_xact_lock(7411001);
+
+-- name: now
+-- The database clock.
+SELECT clock_timestamp() AS now;
+
+-- name: insert_task
+-- A new queued task; an existing idempotency key inserts nothing.
+INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
+                   timeout, idempotency_key, run_after, created_at)
+VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
+        CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
+        clock_timestamp(), clock_timestamp())
+ON CONFLICT (idempotency_key) DO NOTHING;
+
+-- name: task_by_key
+-- The task holding an idempotency key.
+SELECT * FROM tasks WHERE idempotency_key = :key;
+
+-- name: get_task
+-- One task.
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: list_tasks
+-- A page of tasks, newest first (ids sort by creation time), optionally of one state.
+SELECT * FROM tasks
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:cursor AS TEXT) IS NULL OR id < :cursor)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: count_states
+-- Tasks per state.
+SELECT state, COUNT(*) AS n FROM tasks GROUP BY state;
+
+-- name: states_of
+-- The current state of several tasks.
+SELECT id, state FROM tasks WHERE id = ANY(:ids);
+
+-- name: cancel_queued
+-- queued -> cancelled, terminal at once.
+UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = clock_timestamp()
+WHERE id = :id AND state = 'queued';
+
+-- name: cancel_running
+-- running -> cancel_requested; the executor sees it at its next checkpoint.
+UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
+WHERE id = :id AND state = 'running';
+
+-- name: claim_next
+-- Claim up to :limit runnable tasks of the given names; SKIP LOCKED lets many workers
+-- claim at once without waiting on each other.
+WITH picked AS (
+    SELECT id FROM tasks
+    WHERE state = 'queued' AND run_after <= clock_timestamp() AND task = ANY(:names)
+    ORDER BY run_after, id LIMIT :limit
+    FOR UPDATE SKIP LOCKED)
+UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
+    lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
+    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
+FROM picked WHERE t.id = picked.id
+RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts;
+
+-- name: claim_id
+-- Claim one given task if it is queued.
+UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
+    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
+WHERE id = :id AND state = 'queued'
+RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: queued_ids
+-- Runnable task ids of the given names, oldest first (a hint; claiming decides).
+SELECT id FROM tasks
+WHERE state = 'queued' AND run_after <= clock_timestamp() AND task = ANY(:names)
+ORDER BY run_after, id LIMIT :limit;
+
+-- name: next_run_after
+-- Seconds until the earliest delayed task of the given names becomes runnable.
+SELECT EXTRACT(EPOCH FROM MIN(run_after) - clock_timestamp()) AS wait FROM tasks
+WHERE state = 'queued' AND task = ANY(:names);
+
+-- name: fence
+-- The fencing check (claimed epoch, live state, unexpired lease by the database
+-- clock), taking the per-task event counter forward by :n in the same statement.
+UPDATE tasks SET event_seq = event_seq + :n
+WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
+  AND lease_until > clock_timestamp()
+RETURNING state, attempt, max_attempts, retry_safe, event_seq;
+
+-- name: insert_event
+-- One event, numbered by the task's counter.
+INSERT INTO events (task_id, seq, attempt, type, data, at)
+VALUES (:task_id, :seq, :attempt, :type, :data, clock_timestamp());
+
+-- name: heartbeat
+-- Renew a lease if the authority still holds; answers the state (cancel delivery).
+UPDATE tasks SET lease_until = clock_timestamp() + make_interval(secs => :lease)
+WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
+  AND lease_until > clock_timestamp()
+RETURNING state;
+
+-- name: finish
+-- The terminal (or retry) write, conditional on the state read under the fence.
+UPDATE tasks SET state = :state, result = CAST(:result AS TEXT),
+    error_code = CAST(:error_code AS TEXT), error_message = CAST(:error_message AS TEXT),
+    cancel_reason = COALESCE(cancel_reason, CAST(:reason AS TEXT)),
+    finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
+    lease_owner = NULL, lease_until = NULL,
+    run_after = clock_timestamp() + make_interval(secs => :delay)
+WHERE id = :id AND epoch = :epoch AND state = :from_state;
+
+-- name: release
+-- Give back a claim that never started: attempt goes back, the epoch stays.
+UPDATE tasks SET state = 'queued', attempt = attempt - 1, lease_owner = NULL,
+    lease_until = NULL, started_at = NULL
+WHERE id = :id AND epoch = :epoch AND state = 'running';
+
+-- name: insert_outbox
+-- The notification of a terminal transition, in the same transaction.
+INSERT INTO outbox (event_id, task_id, created_at) VALUES (:event_id, :task_id, clock_timestamp());
+
+-- name: expired
+-- Live tasks whose lease has run out (locked, skipping those another reaper holds).
+SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM tasks
+WHERE state IN ('running', 'cancel_requested') AND lease_until <= clock_timestamp()
+ORDER BY lease_until LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: live
+-- Every live task (exclusive recovery only).
+SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM tasks
+WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit FOR UPDATE;
+
+-- name: resolve_expired
+-- Apply a lease-expiry outcome, if the task is still as it was read.
+UPDATE tasks SET state = :state, error_code = CAST(:error_code AS TEXT),
+    error_message = CAST(:error_message AS TEXT),
+    finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
+    lease_owner = NULL, lease_until = NULL,
+    run_after = clock_timestamp() + make_interval(secs => :delay)
+WHERE id = :id AND epoch = :epoch AND state = :from_state
+  AND (:exclusive OR lease_until <= clock_timestamp());
+
+-- name: effect_get
+-- What a previous attempt recorded about one external side effect.
+SELECT key, status, result, attempt FROM effects WHERE task_id = :task_id AND key = :key;
+
+-- name: effect_start
+-- Record that an external side effect is about to happen.
+INSERT INTO effects (task_id, key, status, attempt, started_at)
+VALUES (:task_id, :key, 'started', :attempt, clock_timestamp())
+ON CONFLICT (task_id, key) DO UPDATE SET status = 'started', attempt = EXCLUDED.attempt,
+    started_at = clock_timestamp(), done_at = NULL, result = NULL;
+
+-- name: effect_done
+-- Record that an external side effect completed.
+UPDATE effects SET status = 'done', result = :result, done_at = clock_timestamp()
+WHERE task_id = :task_id AND key = :key;
+
+-- name: events_after
+-- Events of one task after a sequence number.
+SELECT task_id, seq, attempt, type, data, at FROM events
+WHERE task_id = :task_id AND seq > :after ORDER BY seq LIMIT :limit;
+
+-- name: bump_counter
+-- Add to a recovery-health counter.
+INSERT INTO counters (name, value) VALUES (:name, :n)
+ON CONFLICT (name) DO UPDATE SET value = counters.value + EXCLUDED.value;
+
+-- name: counters
+-- Every counter.
+SELECT name, value FROM counters;
+
+-- name: register_worker
+-- An executor announces itself (liveness is the advisory lock, this row is for people).
+INSERT INTO workers (id, host, pid, started_at) VALUES (:id, :host, :pid, clock_timestamp());
+
+-- name: unregister_worker
+-- An executor leaves.
+DELETE FROM workers WHERE id = :id;
+
+-- name: clear_workers
+-- Exclusive recovery: no executor holds the lock, so every row is stale.
+DELETE FROM workers;
+
+-- name: list_workers
+-- Registered executors.
+SELECT id, host, pid, started_at FROM workers ORDER BY started_at;
+
+-- name: outbox_pending
+-- Notifications with a delivery due for a URL (deliveries are created lazily).
+SELECT o.event_id, o.task_id, o.created_at, d.attempts FROM outbox o
+LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
+WHERE d.delivered_at IS NULL
+  AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= clock_timestamp())
+ORDER BY o.created_at LIMIT :limit;
+
+-- name: delivery_attempted
+-- Record one delivery attempt and when to try again.
+INSERT INTO deliveries (event_id, url, attempts, delivered_at, next_attempt_at, last_error)
+VALUES (:event_id, :url, 1, CASE WHEN :ok THEN clock_timestamp() END,
+        clock_timestamp() + make_interval(secs => :delay), CAST(:error AS TEXT))
+ON CONFLICT (event_id, url) DO UPDATE SET attempts = deliveries.attempts + 1,
+    delivered_at = EXCLUDED.delivered_at, next_attempt_at = EXCLUDED.next_attempt_at,
+    last_error = EXCLUDED.last_error;
+
+-- name: outbox_for_task
+-- The notification row of one task, if any.
+SELECT event_id, task_id, created_at FROM outbox WHERE task_id = :task_id;
+
+-- name: oldest_undelivered
+-- Seconds since the oldest notification not yet delivered to :url (notification lag).
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(o.created_at)) AS lag FROM outbox o
+LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
+WHERE d.delivered_at IS NULL;
+
+-- name: savepoint_body
+-- Mark the start of a transactional task's own work.
+SAVEPOINT task_body;
+
+-- name: rollback_body
+-- Undo a failed transactional task's own work (the claim stays).
+ROLLBACK TO SAVEPOINT task_body;
+
+-- name: release_body
+-- Keep the transactional task's work.
+RELEASE SAVEPOINT task_body;
+
+-- name: presence_lock
+-- Held shared by every live executor for as long as it lives.
+SELECT pg_advisory_lock_shared(7411002);
+
+-- name: presence_unlock
+-- An executor leaves.
+SELECT pg_advisory_unlock_shared(7411002);
+
+-- name: exclusive_try
+-- Exclusive recovery: only when no executor holds the presence lock.
+SELECT pg_try_advisory_lock(7411002) AS ok;
+
+-- name: exclusive_release
+-- Recovery done.
+SELECT pg_advisory_unlock(7411002);
+
+-- name: listen
+-- Subscribe this connection to change notifications.
+LISTEN tasklab;
