@@ -96,16 +96,16 @@ class SqlStore:
         raise NotImplementedError  # pragma: no cover - abstract
 
     # ---- helpers -------------------------------------------------------------------
-    def _x(self, conn: Any, name: str, **params: Any) -> Any:
-        return conn.execute(self.q[name], params)
+    def _x(self, conn: Any, query: str, /, **params: Any) -> Any:
+        return conn.execute(self.q[query], params)
 
-    def _one(self, conn: Any, name: str, **params: Any) -> Row | None:
+    def _one(self, conn: Any, query: str, /, **params: Any) -> Row | None:
         # fetchall: a half-read RETURNING statement would still be active at COMMIT
-        rows = self._x(conn, name, **params).fetchall()
+        rows = self._x(conn, query, **params).fetchall()
         return rows[0] if rows else None
 
-    def _all(self, conn: Any, name: str, **params: Any) -> list[Row]:
-        return list(self._x(conn, name, **params).fetchall())
+    def _all(self, conn: Any, query: str, /, **params: Any) -> list[Row]:
+        return list(self._x(conn, query, **params).fetchall())
 
     def _snapshot(self, row: Row) -> TaskSnapshot:
         error = (

@@ -1,0 +1,339 @@
+"""The store contract, run unchanged on SQLite and PostgreSQL. Every check of a write
+reads back through a *new* store object (a new connection), never the writer's."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tasklab.core.models import NewTask, Outcome
+from tasklab.core.policy import Backoff
+from tasklab.core.states import CancelReason, ErrorCode, State
+from tasklab.errors import (
+    IdempotencyConflict,
+    InvalidPayload,
+    LeaseLost,
+    StoreError,
+    TaskNotFound,
+    WorkerAlive,
+)
+from tasklab.store import open_store
+
+NAMES = ["t.echo"]
+
+
+def new(payload=None, key=None, retry_safe=False, max_attempts=1):
+    return NewTask("t.echo", payload or {"value": 1}, max_attempts, retry_safe, key)
+
+
+@pytest.fixture
+def store(store_url):
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def reader(store_url):
+    """A second store object: its own connections, as another process would have."""
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+def claim_one(store, lease=5.0, owner="w1"):
+    claims = store.claim(NAMES, 1, owner, lease)
+    assert len(claims) == 1
+    return claims[0]
+
+
+def test_submit_and_get(store, reader):
+    (snap, created), = store.submit([new({"value": 42})])
+    assert created
+    got = reader.get(snap.id)
+    assert got.state is State.QUEUED and got.attempt == 0 and got.payload == {"value": 42}
+    assert got.created_at.tzinfo is not None
+    assert got.to_json()["created_at"].endswith("Z")
+
+
+def test_unknown_id(store):
+    with pytest.raises(TaskNotFound):
+        store.get("nope")
+    with pytest.raises(TaskNotFound):
+        store.cancel("nope", CancelReason.USER)
+
+
+def test_idempotency_same_returns_existing_different_conflicts(store, reader):
+    (a, created_a), = store.submit([new({"value": 1}, key="k")])
+    (b, created_b), = store.submit([new({"value": 1}, key="k")])
+    assert created_a and not created_b and a.id == b.id
+    with pytest.raises(IdempotencyConflict):
+        store.submit([new({"value": 2}, key="k")])
+    assert reader.counts()["queued"] == 1
+
+
+def test_concurrent_submits_with_one_key_make_one_task(store_url):
+    stores = [open_store(store_url) for _ in range(4)]
+    ids: list[str] = []
+    barrier = threading.Barrier(4)
+
+    def go(s):
+        barrier.wait()
+        ids.append(s.submit([new({"value": 7}, key="same")])[0][0].id)
+
+    threads = [threading.Thread(target=go, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1
+    assert stores[0].counts()["queued"] == 1
+    for s in stores:
+        s.close()
+
+
+def test_submit_many_is_one_transaction(store, reader):
+    store.submit([new(key="dup", payload={"value": 1})])
+    with pytest.raises(IdempotencyConflict):
+        store.submit([new({"value": 5}), new(key="dup", payload={"value": 2})])
+    assert reader.counts()["queued"] == 1  # the first item of the failed batch is gone too
+
+
+def test_list_newest_first_with_keyset_cursor(store):
+    ids = [s.id for s, _ in store.submit([new({"value": i}) for i in range(7)])]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = store.list(None, 3, cursor)
+        seen += [s.id for s in page.items]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == sorted(ids, reverse=True)
+    claim_one(store)
+    assert [s.state for s in store.list(State.RUNNING, 10, None).items] == [State.RUNNING]
+    with pytest.raises(InvalidPayload):
+        store.list(None, 3, "!!not-a-cursor!!")
+
+
+def test_counts_has_every_state(store):
+    counts = store.counts()
+    assert set(counts) == {s.value for s in State}
+    assert all(v == 0 for v in counts.values())
+
+
+def test_claim_sets_epoch_attempt_and_lease_from_db_clock(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store)
+    assert (c.task_id, c.epoch, c.attempt) == (snap.id, 1, 1)
+    got = reader.get(snap.id)
+    assert got.state is State.RUNNING and got.lease_owner == "w1"
+    assert got.lease_until > got.started_at
+    assert store.claim(NAMES, 5, "w2", 5.0) == []  # nothing left to claim
+    assert store.claim(["other.name"], 5, "w2", 5.0) == []
+
+
+def test_claim_respects_limit_and_names(store):
+    store.submit([new() for _ in range(5)])
+    assert len(store.claim(NAMES, 3, "w", 5.0)) == 3
+    assert len(store.claim(["t.other"], 3, "w", 5.0)) == 0
+    assert len(store.claim(NAMES, 3, "w", 5.0)) == 2
+
+
+def test_cancel_queued_running_terminal(store, reader):
+    (a, _), (b, _) = store.submit([new(), new()])
+    out = store.cancel(a.id, CancelReason.USER)
+    assert (out.request_accepted, out.state) == (True, State.CANCELLED)
+    assert reader.get(a.id).cancel_reason is CancelReason.USER
+    assert reader.outbox_for(a.id) is not None  # terminal → one notification
+    c = claim_one(store)
+    assert c.task_id == b.id
+    out = store.cancel(b.id, CancelReason.USER)
+    assert (out.request_accepted, out.state) == (True, State.CANCEL_REQUESTED)
+    again = store.cancel(b.id, CancelReason.USER)  # accepted, changes nothing
+    assert (again.request_accepted, again.state) == (True, State.CANCEL_REQUESTED)
+    assert store.cancel(a.id, CancelReason.USER).request_accepted is False
+
+
+def test_finish_success_stores_result_and_one_outbox_row(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store)
+    assert store.finish(c, Outcome.returned({"ok": 1}),
+                        [("progress", {"p": 1}), ("chunk", {"text": "hi"})]) is State.SUCCEEDED
+    got = reader.get(snap.id)
+    assert got.state is State.SUCCEEDED and got.result == {"ok": 1}
+    assert got.finished_at is not None and got.lease_owner is None
+    assert [(e.seq, e.type, e.attempt) for e in reader.events(snap.id)] == [
+        (1, "progress", 1), (2, "chunk", 1)]
+    assert reader.outbox_for(snap.id)["task_id"] == snap.id
+    with pytest.raises(LeaseLost):  # a second terminal write has no authority
+        store.finish(c, Outcome.returned({"ok": 2}), [])
+    assert reader.get(snap.id).result == {"ok": 1}
+
+
+def test_return_while_cancel_requested_ends_cancelled_without_result(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store)
+    store.cancel(snap.id, CancelReason.USER)
+    assert store.finish(c, Outcome.returned({"ok": 1}), []) is State.CANCELLED
+    got = reader.get(snap.id)
+    assert got.state is State.CANCELLED and got.result is None
+    assert got.cancel_reason is CancelReason.USER
+
+
+def test_old_worker_after_reassignment_is_fenced_out(store, reader):
+    """SPEC §6: an old worker returning after its lease was reassigned has its state
+    and event writes rejected; the new attempt's result stands."""
+    (snap, _), = store.submit([new(retry_safe=True, max_attempts=3)])
+    old = claim_one(store, lease=1.0, owner="old")
+    store.append_events(old, [("progress", {"by": "old"})])
+    time.sleep(1.2)
+    assert store.expire(Backoff(base=0.0, jitter=0.0)) == [snap.id]
+    new_claim = claim_one(store, owner="new")
+    assert new_claim.epoch == old.epoch + 1 and new_claim.attempt == 2
+    with pytest.raises(LeaseLost):
+        store.append_events(old, [("progress", {"by": "old, late"})])
+    with pytest.raises(LeaseLost):
+        store.finish(old, Outcome.returned("old result"), [])
+    assert store.heartbeat(old, 5.0) is None
+    with pytest.raises(LeaseLost):
+        store.effect_start(old, "charge")
+    assert store.finish(new_claim, Outcome.returned("new result"), []) is State.SUCCEEDED
+    got = reader.get(snap.id)
+    assert got.result == "new result"
+    events = reader.events(snap.id)
+    assert [e.data for e in events] == [{"by": "old"}]
+    assert reader.counters()["expired_leases"] == 1
+
+
+def test_expired_lease_rejects_writes_even_before_reaping(store):
+    store.submit([new()])
+    c = claim_one(store, lease=1.0)
+    time.sleep(1.2)
+    with pytest.raises(LeaseLost):
+        store.finish(c, Outcome.returned(1), [])
+    assert store.heartbeat(c, 5.0) is None
+
+
+def test_heartbeat_extends_and_reports_cancel(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store, lease=1.0)
+    for _ in range(3):
+        time.sleep(0.4)
+        assert store.heartbeat(c, 1.0) is State.RUNNING
+    store.cancel(snap.id, CancelReason.USER)
+    assert store.heartbeat(c, 1.0) is State.CANCEL_REQUESTED
+    assert reader.get(snap.id).state is State.CANCEL_REQUESTED
+
+
+def test_release_returns_claim_attempt_back_epoch_stays(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store)
+    assert store.release(c)
+    got = reader.get(snap.id)
+    assert got.state is State.QUEUED and got.attempt == 0
+    c2 = claim_one(store)
+    assert c2.epoch == c.epoch + 1 and c2.attempt == 1
+    with pytest.raises(LeaseLost):
+        store.append_events(c, [("progress", 1)])
+
+
+@pytest.mark.parametrize(
+    ("retry_safe", "max_attempts", "cancel", "state", "code"),
+    [
+        (True, 3, False, State.QUEUED, "outcome_unknown"),
+        (False, 3, False, State.FAILED, "outcome_unknown"),
+        (True, 1, False, State.FAILED, "outcome_unknown"),
+        (True, 3, True, State.FAILED, "outcome_unknown"),  # stop was asked: not requeued
+    ],
+)
+def test_reaper_policy(store, reader, retry_safe, max_attempts, cancel, state, code):
+    (snap, _), = store.submit([new(retry_safe=retry_safe, max_attempts=max_attempts)])
+    claim_one(store, lease=1.0)
+    if cancel:
+        store.cancel(snap.id, CancelReason.USER)
+    assert store.expire(Backoff()) == []  # not expired yet: nothing happens
+    time.sleep(1.2)
+    assert store.expire(Backoff(base=0.0, jitter=0.0)) == [snap.id]
+    got = reader.get(snap.id)
+    assert got.state is state and got.error.code == code
+    assert (reader.outbox_for(snap.id) is not None) == state.terminal
+
+
+def test_retry_backoff_delays_the_next_claim(store):
+    store.submit([new(max_attempts=3)])
+    c = claim_one(store)
+    out = Outcome.retry(ErrorCode.TASK_ERROR, "flaky", delay=1.0)
+    assert store.finish(c, out, []) is State.QUEUED
+    assert store.claim(NAMES, 1, "w", 5.0) == []
+    assert 0 < store.seconds_until_runnable(NAMES) <= 1.0
+    time.sleep(1.1)
+    assert claim_one(store).attempt == 2
+
+
+def test_exclusive_recovery_refuses_while_an_executor_lives(store, store_url):
+    other = open_store(store_url)
+    (snap, _), = store.submit([new()])
+    claim_one(store)
+    with other.executor_presence(), pytest.raises(WorkerAlive):
+        store.recover_running(Backoff())
+    assert store.recover_running(Backoff()) == [snap.id]
+    got = store.get(snap.id)
+    assert got.state is State.FAILED and got.error.code == "outcome_unknown"
+    other.close()
+
+
+def test_faults_hook_fails_the_terminal_write_without_a_fake_state(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store, lease=1.0)
+    store.faults.arm("finish")
+    with pytest.raises(StoreError, match="injected"):
+        store.finish(c, Outcome.returned("x"), [("progress", 1)])
+    got = reader.get(snap.id)
+    assert got.state is State.RUNNING and got.result is None
+    assert reader.events(snap.id) == []  # rolled back with the terminal write
+    assert reader.outbox_for(snap.id) is None
+    time.sleep(1.2)
+    reader.expire(Backoff())
+    assert reader.get(snap.id).error.code == "outcome_unknown"
+
+
+def test_effects_are_fenced_and_survive_attempts(store, reader):
+    (snap, _), = store.submit([new(retry_safe=True, max_attempts=2)])
+    c = claim_one(store)
+    assert store.effect_get(snap.id, "charge").status == "none"
+    store.effect_start(c, "charge")
+    assert reader.effect_get(snap.id, "charge").status == "started"
+    store.effect_done(c, "charge", {"receipt": 9})
+    rec = reader.effect_get(snap.id, "charge")
+    assert (rec.status, rec.result, rec.attempt) == ("done", {"receipt": 9}, 1)
+
+
+def test_events_pagination_and_gapless_seq(store, reader):
+    (snap, _), = store.submit([new()])
+    c = claim_one(store)
+    for i in range(5):
+        store.append_events(c, [("progress", i), ("chunk", {"text": str(i)})])
+    evs = reader.events(snap.id)
+    assert [e.seq for e in evs] == list(range(1, 11))
+    assert [e.seq for e in reader.events(snap.id, after=7)] == [8, 9, 10]
+    assert [e.seq for e in reader.events(snap.id, after=2, limit=2)] == [3, 4]
+
+
+def test_wait_change_wakes_on_a_commit_from_another_store(store, reader):
+    token = reader.change_token()
+    t0 = time.monotonic()
+    threading.Timer(0.2, lambda: store.submit([new()])).start()
+    assert reader.wait_change(token, 5.0) != token
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_counters_and_workers(store, reader):
+    store.bump("rejected_stale_writes", 2)
+    assert reader.counters()["rejected_stale_writes"] == 2
+    store.register_worker("w-1")
+    assert [w["id"] for w in reader.workers()] == ["w-1"]
+    store.unregister_worker("w-1")
+    assert reader.workers() == []

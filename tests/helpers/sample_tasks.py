@@ -1,0 +1,182 @@
+"""Tasks used by the tests, importable by child processes as
+`tests.helpers.sample_tasks:app`. The app's store is never opened: tests copy its
+registry onto an app of their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tasklab import TaskApp
+
+app = TaskApp("sqlite:///never-opened.db")
+
+_latches: dict[str, threading.Event] = {}
+_started: dict[str, threading.Event] = {}
+_lock = threading.Lock()
+
+
+def latch(name: str) -> threading.Event:
+    with _lock:
+        return _latches.setdefault(name, threading.Event())
+
+
+def started(name: str) -> threading.Event:
+    with _lock:
+        return _started.setdefault(name, threading.Event())
+
+
+@app.task(name="t.hold")
+def hold(ctx: Any, name: str, result: str = "done") -> str:
+    """Seed 001's workload: wait on a latch (no checkpoint while waiting), then return.
+    A cancel requested meanwhile is seen at the commit: the task ends cancelled."""
+    started(name).set()
+    latch(name).wait(30)
+    return result
+
+
+@app.task(name="t.hold_checkpoint")
+def hold_checkpoint(ctx: Any, name: str) -> str:
+    started(name).set()
+    while not latch(name).wait(0.005):
+        ctx.checkpoint()
+    return "released"
+
+
+@app.task(name="t.echo")
+def echo(ctx: Any, value: Any = None) -> Any:
+    return value
+
+
+@app.task(name="t.noop")
+def noop(ctx: Any) -> None:
+    return None
+
+
+@app.task(name="t.boom")
+def boom(ctx: Any, message: str = "boom") -> None:
+    raise RuntimeError(message)
+
+
+@app.task(name="t.swallow")
+def swallow(ctx: Any, name: str) -> str:
+    """Catches Exception around checkpoint(): Cancelled is a BaseException, so it
+    still stops the task."""
+    started(name).set()
+    for _ in range(3000):
+        try:
+            ctx.checkpoint()
+        except Exception:  # noqa: S112 - this is the point of the test
+            continue
+        time.sleep(0.005)
+    return "never cancelled"
+
+
+@app.task(name="t.not_json")
+def not_json(ctx: Any) -> object:
+    return {1, 2, 3}
+
+
+class Flaky(Exception):
+    pass
+
+
+@app.task(name="t.flaky", max_attempts=3, retry_on=(Flaky,))
+def flaky(ctx: Any, fail_times: int) -> int:
+    if ctx.attempt <= fail_times:
+        raise Flaky(f"attempt {ctx.attempt}")
+    return ctx.attempt
+
+
+@app.task(name="t.slow_deadline", timeout=0.3)
+def slow_deadline(ctx: Any) -> str:
+    for _ in range(1000):
+        ctx.sleep(0.01)
+    return "too late"
+
+
+@app.task(name="t.stream")
+def stream(ctx: Any, parts: list[str], pause: float = 0.0) -> str:
+    for p in parts:
+        ctx.checkpoint()
+        ctx.stream(p)
+        if pause:
+            time.sleep(pause)
+    return "".join(parts)
+
+
+@app.task(name="t.effect", max_attempts=3, retry_safe=True, retry_on=(Flaky,))
+def effect(ctx: Any, fail_after_effect: int = 0) -> Any:
+    with ctx.effect("charge") as eff:
+        if eff.done:
+            charged = eff.result
+        else:
+            charged = {"charged_on_attempt": ctx.attempt}
+            eff.set_result(charged)
+    if ctx.attempt <= fail_after_effect:
+        raise Flaky("after the effect")
+    return {"charge": charged, "previous": eff.previous, "attempt": ctx.attempt}
+
+
+@app.task(name="t.tx", transactional=True)
+def tx(ctx: Any, value: int) -> int:
+    ctx.emit({"in_tx": value})
+    return value * 2
+
+
+@app.task(name="t.tx_ready", transactional=True)
+def tx_ready(ctx: Any, marker: str) -> str:
+    """Announces `ready` from inside the run's transaction, then waits to be killed;
+    its `finally` would leave a marker file if it ever ran."""
+    try:
+        if os.environ.get("TASKLAB_TEST_HOLD") == "1":
+            print("ready", flush=True)
+            time.sleep(60)
+        return "finished"
+    finally:
+        Path(marker).write_text("finally ran")
+
+
+@app.task(name="t.leased_ready")
+def leased_ready(ctx: Any, marker: str) -> str:
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+        return "finished"
+    finally:
+        Path(marker).write_text("finally ran")
+
+
+@app.task(name="t.retry_safe_ready", retry_safe=True, max_attempts=2)
+def retry_safe_ready(ctx: Any) -> int:
+    if ctx.attempt == 1:
+        print("ready", flush=True)
+        time.sleep(60)
+    return ctx.attempt
+
+
+@app.task(name="t.busy")
+def busy(ctx: Any, seconds: float) -> str:
+    """Never reaches a checkpoint: a thread cannot be stopped."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    return "finished"
+
+
+def main_run(url: str, task_id: str) -> None:
+    """Child-process entry: run one task with this module's tasks registered."""
+    child = TaskApp(url)
+    for t in app.registry.all():
+        child.registry.add(t)
+    child.run(task_id)
+    print("returned", flush=True)
+
+
+if __name__ == "__main__":
+    main_run(sys.argv[1], sys.argv[2])
+    os._exit(0)
