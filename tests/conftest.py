@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tasklab import Settings, TaskApp
-from tests.helpers import pg
-from tests.helpers import sample_tasks
+from tests.helpers import pg, sample_tasks
 
 STORES = ["sqlite", "postgres"]
 _pg_state: dict[str, object] = {}
@@ -26,8 +25,10 @@ def pg_admin() -> Iterator[str | None]:
 def _require_pg(admin: str | None) -> str:
     if admin is None:
         if os.environ.get("TASKLAB_REQUIRE_PG") == "1":
-            pytest.fail("TASKLAB_REQUIRE_PG=1 but no PostgreSQL server could be found or "
-                        "started (TASKLAB_TEST_PG, 127.0.0.1:5432/test, local initdb)")
+            pytest.fail(
+                "TASKLAB_REQUIRE_PG=1 but no PostgreSQL server could be found or "
+                "started (TASKLAB_TEST_PG, 127.0.0.1:5432/test, local initdb)"
+            )
         _pg_state["skipped"] = True
         pytest.skip("PostgreSQL not available: set TASKLAB_TEST_PG or install postgresql")
     return admin
@@ -40,8 +41,9 @@ def pg_url(pg_admin: str | None) -> Iterator[str]:
 
 
 @pytest.fixture(params=STORES)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path,
-              pg_admin: str | None) -> Iterator[str]:
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_admin: str | None
+) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tasklab.db'}"
     else:
@@ -77,7 +79,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
     if _pg_state.get("skipped"):
         terminalreporter.write_line(
             "!!! PostgreSQL tests were SKIPPED: no server found. CI sets "
-            "TASKLAB_REQUIRE_PG=1 so that this fails instead.", red=True, bold=True)
+            "TASKLAB_REQUIRE_PG=1 so that this fails instead.",
+            red=True,
+            bold=True,
+        )
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.01):  # type: ignore[no-untyped-def]

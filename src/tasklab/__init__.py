@@ -22,8 +22,8 @@ from tasklab.errors import (
     LeaseLost,
     QueueFull,
     ShuttingDown,
-    TaskNotFound,
     TasklabError,
+    TaskNotFound,
     UnknownTask,
     WorkerAlive,
 )

@@ -97,10 +97,14 @@ class TaskApp:
                 raise ValueError("a transactional task cannot be async")
             self.registry.add(
                 TaskDef(
-                    name or f"{fn.__module__}.{fn.__qualname__}", fn,
-                    max_attempts=max_attempts, retry_safe=retry_safe,
-                    retry_on=tuple(retry_on), transactional=transactional,
-                    timeout=timeout, is_async=is_async,
+                    name or f"{fn.__module__}.{fn.__qualname__}",
+                    fn,
+                    max_attempts=max_attempts,
+                    retry_safe=retry_safe,
+                    retry_on=tuple(retry_on),
+                    transactional=transactional,
+                    timeout=timeout,
+                    is_async=is_async,
                 )
             )
             return fn
@@ -109,7 +113,11 @@ class TaskApp:
 
     # ---- submitting and reading ----------------------------------------------------
     def _new(
-        self, task: str, payload: object, key: str | None, max_attempts: int | None,
+        self,
+        task: str,
+        payload: object,
+        key: str | None,
+        max_attempts: int | None,
         request_bound: bool = False,
     ) -> NewTask:
         spec = self.registry.get(task)
@@ -117,26 +125,39 @@ class TaskApp:
         if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
             raise InvalidPayload("idempotency_key must be a string of 1 to 200 characters")
         if max_attempts is not None and (
-            not isinstance(max_attempts, int) or isinstance(max_attempts, bool)
+            not isinstance(max_attempts, int)
+            or isinstance(max_attempts, bool)
             or not 1 <= max_attempts <= 1000
         ):
             raise InvalidPayload("max_attempts must be an integer from 1 to 1000")
         return NewTask(
-            task=spec.name, payload=valid,
-            max_attempts=max_attempts or spec.max_attempts, retry_safe=spec.retry_safe,
-            idempotency_key=key, request_bound=request_bound, timeout=spec.timeout,
+            task=spec.name,
+            payload=valid,
+            max_attempts=max_attempts or spec.max_attempts,
+            retry_safe=spec.retry_safe,
+            idempotency_key=key,
+            request_bound=request_bound,
+            timeout=spec.timeout,
         )
 
     def submit(
-        self, task: str, payload: object, idempotency_key: str | None = None,
+        self,
+        task: str,
+        payload: object,
+        idempotency_key: str | None = None,
         max_attempts: int | None = None,
     ) -> str:
         """Queue a task; returns its id (the existing one for a known idempotency key)."""
         return self.submit_ex(task, payload, idempotency_key, max_attempts)[0].id
 
     def submit_ex(
-        self, task: str, payload: object, idempotency_key: str | None = None,
-        max_attempts: int | None = None, *, request_bound: bool = False,
+        self,
+        task: str,
+        payload: object,
+        idempotency_key: str | None = None,
+        max_attempts: int | None = None,
+        *,
+        request_bound: bool = False,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
         item = self._new(task, payload, idempotency_key, max_attempts, request_bound)
@@ -221,8 +242,11 @@ class TaskApp:
                 from tasklab.core.policy import exception_outcome
 
                 return exception_outcome(
-                    exc, retry_on=spec.retry_on, attempt=claim.attempt,
-                    max_attempts=claim.max_attempts, cancel_requested=False,
+                    exc,
+                    retry_on=spec.retry_on,
+                    attempt=claim.attempt,
+                    max_attempts=claim.max_attempts,
+                    cancel_requested=False,
                     backoff=self.settings.backoff,
                 )
             return result_outcome(value)
@@ -292,8 +316,10 @@ class _TxContextPort:
         return None
 
     def effect_get(self, key: str) -> Any:
-        raise InvalidPayload("ctx.effect() is for leased tasks; a transactional task's "
-                             "effects are its own database writes")
+        raise InvalidPayload(
+            "ctx.effect() is for leased tasks; a transactional task's "
+            "effects are its own database writes"
+        )
 
     effect_start = effect_get
     effect_done = effect_get

@@ -93,7 +93,7 @@ class StoreError(TasklabError):
     code = "store_error"
 
 
-class Cancelled(BaseException):  # noqa: N818 - the public name the spec fixes
+class Cancelled(BaseException):
     """Raised by `ctx.checkpoint()` when cancellation was requested for the task.
 
     A `BaseException` so that `except Exception` around user code does not swallow it.

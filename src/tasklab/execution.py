@@ -163,9 +163,12 @@ class Execution:
             return None
         except Exception as exc:  # errors, not cancellations (Cancelled is a BaseException)
             outcome = exception_outcome(
-                exc, retry_on=self.task.retry_on, attempt=self.attempt,
+                exc,
+                retry_on=self.task.retry_on,
+                attempt=self.attempt,
                 max_attempts=self.claim.max_attempts,
-                cancel_requested=self.cancel_flag.is_set(), backoff=self.app.settings.backoff,
+                cancel_requested=self.cancel_flag.is_set(),
+                backoff=self.app.settings.backoff,
             )
         else:
             outcome = result_outcome(value)

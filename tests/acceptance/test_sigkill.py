@@ -34,8 +34,15 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TASKLAB, *args], cwd=ROOT, env=env(), capture_output=True,
-                          text=True, timeout=60, check=check)
+    return subprocess.run(
+        [*TASKLAB, *args],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 def snapshot(url: str, tid: str) -> dict:
@@ -48,8 +55,13 @@ def submit(url: str, task: str, payload: dict) -> str:
 
 def start_child(url: str, tid: str, **extra: str) -> subprocess.Popen[str]:
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.sample_tasks", url, tid], cwd=ROOT,
-        env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "tests.helpers.sample_tasks", url, tid],
+        cwd=ROOT,
+        env=env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = child.stdout.readline()  # type: ignore[union-attr]
     if line.strip() != "ready":
         _, err = child.communicate(timeout=30)
@@ -67,8 +79,13 @@ class Worker:
     """`tasklab worker` in a child process; leaves only after a graceful SIGTERM."""
 
     def __init__(self, url: str, *extra: str) -> None:
-        self.proc = subprocess.Popen([*TASKLAB, "worker", "--db", url, *extra, *APP],
-                                     cwd=ROOT, env=env(), stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [*TASKLAB, "worker", "--db", url, *extra, *APP],
+            cwd=ROOT,
+            env=env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def __enter__(self) -> Worker:
         assert "ready" in self.proc.stderr.readline()  # type: ignore[union-attr]
@@ -88,8 +105,14 @@ def test_sigkill_inside_a_transactional_run_leaves_it_queued(store_url, tmp_path
     snap = snapshot(store_url, tid)
     assert snap["state"] == "queued" and snap["attempt"] == 0
     # re-runnable: a new process runs it to the end
-    done = subprocess.run([sys.executable, "-m", "tests.helpers.sample_tasks", store_url, tid],
-                          cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.sample_tasks", store_url, tid],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     snap = snapshot(store_url, tid)
     assert snap["state"] == "succeeded" and snap["result"] == "finished"

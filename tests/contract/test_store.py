@@ -50,7 +50,7 @@ def claim_one(store, lease=5.0, owner="w1"):
 
 
 def test_submit_and_get(store, reader):
-    (snap, created), = store.submit([new({"value": 42})])
+    ((snap, created),) = store.submit([new({"value": 42})])
     assert created
     got = reader.get(snap.id)
     assert got.state is State.QUEUED and got.attempt == 0 and got.payload == {"value": 42}
@@ -66,8 +66,8 @@ def test_unknown_id(store):
 
 
 def test_idempotency_same_returns_existing_different_conflicts(store, reader):
-    (a, created_a), = store.submit([new({"value": 1}, key="k")])
-    (b, created_b), = store.submit([new({"value": 1}, key="k")])
+    ((a, created_a),) = store.submit([new({"value": 1}, key="k")])
+    ((b, created_b),) = store.submit([new({"value": 1}, key="k")])
     assert created_a and not created_b and a.id == b.id
     with pytest.raises(IdempotencyConflict):
         store.submit([new({"value": 2}, key="k")])
@@ -125,7 +125,7 @@ def test_counts_has_every_state(store):
 
 
 def test_claim_sets_epoch_attempt_and_lease_from_db_clock(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store)
     assert (c.task_id, c.epoch, c.attempt) == (snap.id, 1, 1)
     got = reader.get(snap.id)
@@ -158,15 +158,21 @@ def test_cancel_queued_running_terminal(store, reader):
 
 
 def test_finish_success_stores_result_and_one_outbox_row(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store)
-    assert store.finish(c, Outcome.returned({"ok": 1}),
-                        [("progress", {"p": 1}), ("chunk", {"text": "hi"})]) is State.SUCCEEDED
+    assert (
+        store.finish(
+            c, Outcome.returned({"ok": 1}), [("progress", {"p": 1}), ("chunk", {"text": "hi"})]
+        )
+        is State.SUCCEEDED
+    )
     got = reader.get(snap.id)
     assert got.state is State.SUCCEEDED and got.result == {"ok": 1}
     assert got.finished_at is not None and got.lease_owner is None
     assert [(e.seq, e.type, e.attempt) for e in reader.events(snap.id)] == [
-        (1, "progress", 1), (2, "chunk", 1)]
+        (1, "progress", 1),
+        (2, "chunk", 1),
+    ]
     assert reader.outbox_for(snap.id)["task_id"] == snap.id
     with pytest.raises(LeaseLost):  # a second terminal write has no authority
         store.finish(c, Outcome.returned({"ok": 2}), [])
@@ -174,7 +180,7 @@ def test_finish_success_stores_result_and_one_outbox_row(store, reader):
 
 
 def test_return_while_cancel_requested_ends_cancelled_without_result(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store)
     store.cancel(snap.id, CancelReason.USER)
     assert store.finish(c, Outcome.returned({"ok": 1}), []) is State.CANCELLED
@@ -186,7 +192,7 @@ def test_return_while_cancel_requested_ends_cancelled_without_result(store, read
 def test_old_worker_after_reassignment_is_fenced_out(store, reader):
     """SPEC §6: an old worker returning after its lease was reassigned has its state
     and event writes rejected; the new attempt's result stands."""
-    (snap, _), = store.submit([new(retry_safe=True, max_attempts=3)])
+    ((snap, _),) = store.submit([new(retry_safe=True, max_attempts=3)])
     old = claim_one(store, lease=1.0, owner="old")
     store.append_events(old, [("progress", {"by": "old"})])
     time.sleep(1.2)
@@ -218,7 +224,7 @@ def test_expired_lease_rejects_writes_even_before_reaping(store):
 
 
 def test_heartbeat_extends_and_reports_cancel(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store, lease=1.0)
     for _ in range(3):
         time.sleep(0.4)
@@ -229,7 +235,7 @@ def test_heartbeat_extends_and_reports_cancel(store, reader):
 
 
 def test_release_returns_claim_attempt_back_epoch_stays(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store)
     assert store.release(c)
     got = reader.get(snap.id)
@@ -250,7 +256,7 @@ def test_release_returns_claim_attempt_back_epoch_stays(store, reader):
     ],
 )
 def test_reaper_policy(store, reader, retry_safe, max_attempts, cancel, state, code):
-    (snap, _), = store.submit([new(retry_safe=retry_safe, max_attempts=max_attempts)])
+    ((snap, _),) = store.submit([new(retry_safe=retry_safe, max_attempts=max_attempts)])
     claim_one(store, lease=1.0)
     if cancel:
         store.cancel(snap.id, CancelReason.USER)
@@ -275,7 +281,7 @@ def test_retry_backoff_delays_the_next_claim(store):
 
 def test_exclusive_recovery_refuses_while_an_executor_lives(store, store_url):
     other = open_store(store_url)
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     claim_one(store)
     with other.executor_presence(), pytest.raises(WorkerAlive):
         store.recover_running(Backoff())
@@ -286,7 +292,7 @@ def test_exclusive_recovery_refuses_while_an_executor_lives(store, store_url):
 
 
 def test_faults_hook_fails_the_terminal_write_without_a_fake_state(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store, lease=1.0)
     store.faults.arm("finish")
     with pytest.raises(StoreError, match="injected"):
@@ -301,7 +307,7 @@ def test_faults_hook_fails_the_terminal_write_without_a_fake_state(store, reader
 
 
 def test_effects_are_fenced_and_survive_attempts(store, reader):
-    (snap, _), = store.submit([new(retry_safe=True, max_attempts=2)])
+    ((snap, _),) = store.submit([new(retry_safe=True, max_attempts=2)])
     c = claim_one(store)
     assert store.effect_get(snap.id, "charge").status == "none"
     store.effect_start(c, "charge")
@@ -312,7 +318,7 @@ def test_effects_are_fenced_and_survive_attempts(store, reader):
 
 
 def test_events_pagination_and_gapless_seq(store, reader):
-    (snap, _), = store.submit([new()])
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store)
     for i in range(5):
         store.append_events(c, [("progress", i), ("chunk", {"text": str(i)})])

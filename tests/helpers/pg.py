@@ -54,11 +54,27 @@ def throwaway_cluster() -> Iterator[str | None]:
     port = _free_port()
     as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     try:
-        subprocess.run([*as_pg, initdb, "-D", data, "-A", "trust", "-U", "postgres"],
-                       check=True, capture_output=True)
-        subprocess.run([*as_pg, pg_ctl, "-D", data, "-w", "-l", os.path.join(base, "log"),
-                        "-o", f"-p {port} -k {base} -h 127.0.0.1", "start"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*as_pg, initdb, "-D", data, "-A", "trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                *as_pg,
+                pg_ctl,
+                "-D",
+                data,
+                "-w",
+                "-l",
+                os.path.join(base, "log"),
+                "-o",
+                f"-p {port} -k {base} -h 127.0.0.1",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
     except (subprocess.CalledProcessError, FileNotFoundError):
         yield None
         shutil.rmtree(base, ignore_errors=True)
@@ -66,8 +82,7 @@ def throwaway_cluster() -> Iterator[str | None]:
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*as_pg, pg_ctl, "-D", data, "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run([*as_pg, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -115,8 +115,7 @@ def test_effects_tell_a_retry_what_happened(store_url):
     with app.worker(concurrency=1):
         snap = wait_for(lambda: (s := app.query(tid)).terminal and s)
     assert snap.state is State.SUCCEEDED
-    assert snap.result == {"charge": {"charged_on_attempt": 1}, "previous": "done",
-                           "attempt": 2}
+    assert snap.result == {"charge": {"charged_on_attempt": 1}, "previous": "done", "attempt": 2}
     app.close()
 
 

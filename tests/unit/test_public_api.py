@@ -3,23 +3,50 @@ from tasklab import errors
 
 
 def test_public_names_are_pinned():
-    assert sorted(tasklab.__all__) == sorted([
-        "AsyncTaskRunner", "CancelOutcome", "CancelReason", "Cancelled", "Effect",
-        "ErrorCode", "ErrorInfo", "Event", "IdempotencyConflict", "InvalidPayload",
-        "LeaseLost", "Page", "ProcessTaskRunner", "QueueFull", "RunnerCancelOutcome",
-        "Settings", "ShuttingDown", "State", "TaskApp", "TaskContext", "TaskNotFound",
-        "TaskSnapshot", "TasklabError", "ThreadTaskRunner", "UnknownTask", "WorkerAlive",
-    ])
+    assert sorted(tasklab.__all__) == sorted(
+        [
+            "AsyncTaskRunner",
+            "CancelOutcome",
+            "CancelReason",
+            "Cancelled",
+            "Effect",
+            "ErrorCode",
+            "ErrorInfo",
+            "Event",
+            "IdempotencyConflict",
+            "InvalidPayload",
+            "LeaseLost",
+            "Page",
+            "ProcessTaskRunner",
+            "QueueFull",
+            "RunnerCancelOutcome",
+            "Settings",
+            "ShuttingDown",
+            "State",
+            "TaskApp",
+            "TaskContext",
+            "TaskNotFound",
+            "TaskSnapshot",
+            "TasklabError",
+            "ThreadTaskRunner",
+            "UnknownTask",
+            "WorkerAlive",
+        ]
+    )
     for name in tasklab.__all__:
         assert hasattr(tasklab, name)
 
 
 def test_error_codes_and_hierarchy():
     codes = {
-        errors.UnknownTask: "unknown_task", errors.InvalidPayload: "invalid_payload",
-        errors.IdempotencyConflict: "idempotency_conflict", errors.TaskNotFound: "not_found",
-        errors.QueueFull: "queue_full", errors.WorkerAlive: "worker_alive",
-        errors.LeaseLost: "lease_lost", errors.ShuttingDown: "shutting_down",
+        errors.UnknownTask: "unknown_task",
+        errors.InvalidPayload: "invalid_payload",
+        errors.IdempotencyConflict: "idempotency_conflict",
+        errors.TaskNotFound: "not_found",
+        errors.QueueFull: "queue_full",
+        errors.WorkerAlive: "worker_alive",
+        errors.LeaseLost: "lease_lost",
+        errors.ShuttingDown: "shutting_down",
     }
     for cls, code in codes.items():
         assert cls.code == code

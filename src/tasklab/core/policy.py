@@ -67,12 +67,7 @@ def exception_outcome(
     """A task raised `exc` (not a cancellation). Retry only for listed exceptions with
     attempts left, and never once a stop was requested."""
     message = f"{type(exc).__name__}: {exc}"
-    if (
-        retry_on
-        and isinstance(exc, retry_on)
-        and attempt < max_attempts
-        and not cancel_requested
-    ):
+    if retry_on and isinstance(exc, retry_on) and attempt < max_attempts and not cancel_requested:
         return Outcome.retry(ErrorCode.TASK_ERROR, message, backoff.delay(attempt))
     return Outcome.failed(ErrorCode.TASK_ERROR, message)
 

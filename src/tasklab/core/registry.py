@@ -134,7 +134,7 @@ def _check_type(task: str, name: str, param: inspect.Parameter, value: Any) -> N
     if param.kind is inspect.Parameter.VAR_KEYWORD:
         return
     expected = _json_types(param.annotation)
-    if not expected or value is None and param.default is None:
+    if not expected or (value is None and param.default is None):
         return
     if _json_kind(value) in expected or (_json_kind(value) == "integer" and "number" in expected):
         return

@@ -24,26 +24,38 @@ from tasklab.edges.loading import load_app
 from tasklab.errors import (
     IdempotencyConflict,
     InvalidPayload,
-    TaskNotFound,
     TasklabError,
+    TaskNotFound,
     UnknownTask,
 )
 
-cli = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="tasklab: durable tasks that tell the truth.")
+cli = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="tasklab: durable tasks that tell the truth."
+)
 out = Console()
 err = Console(stderr=True)
 
 Db = Annotated[str, typer.Option("--db", envvar="TASKLAB_DB", help="Database URL.")]
-AppSpec = Annotated[str | None, typer.Option("--app", envvar="TASKLAB_APP",
-                                             help="module:attr of a TaskApp with your tasks.")]
+AppSpec = Annotated[
+    str | None,
+    typer.Option("--app", envvar="TASKLAB_APP", help="module:attr of a TaskApp with your tasks."),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
-DataDir = Annotated[str | None, typer.Option("--data-dir", envvar="TASKLAB_DATA_DIR",
-                                             help="Directory tasks may read files from.")]
-Lease = Annotated[float, typer.Option("--lease", envvar="TASKLAB_LEASE", min=1.0,
-                                      help="Lease seconds.")]
-Drain = Annotated[float, typer.Option("--drain-timeout", min=0.0,
-                                      help="Seconds running tasks get to finish at shutdown.")]
+DataDir = Annotated[
+    str | None,
+    typer.Option(
+        "--data-dir", envvar="TASKLAB_DATA_DIR", help="Directory tasks may read files from."
+    ),
+]
+Lease = Annotated[
+    float, typer.Option("--lease", envvar="TASKLAB_LEASE", min=1.0, help="Lease seconds.")
+]
+Drain = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout", min=0.0, help="Seconds running tasks get to finish at shutdown."
+    ),
+]
 Runner = Annotated[str, typer.Option("--runner", help="thread | process | async")]
 Concurrency = Annotated[int, typer.Option("--concurrency", min=1)]
 Webhook = Annotated[list[str] | None, typer.Option("--webhook", help="Repeatable webhook URL.")]
@@ -88,6 +100,11 @@ def _print_task(snap: TaskSnapshot, as_json: bool) -> None:
 
 
 def _parse_json(text: str) -> Any:
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        with open(text[1:], encoding="utf-8") as fh:
+            text = fh.read()
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -97,24 +114,27 @@ def _parse_json(text: str) -> Any:
 @cli.command()
 def submit(
     task: Annotated[str, typer.Argument(help="Registered task name.")],
-    payload: Annotated[str, typer.Option("--payload", help="JSON object.")] = "{}",
+    payload: Annotated[
+        str, typer.Option("--payload", help="JSON object; '-' reads stdin, '@file' reads a file.")
+    ] = "{}",
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
     max_attempts: Annotated[int | None, typer.Option("--max-attempts", min=1)] = None,
-    db: Db = DEFAULT_DB, app: AppSpec = None, data_dir: DataDir = None, as_json: AsJson = False,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
 ) -> None:
     """Queue a task; prints its id."""
     with _app(db, app, data_dir=data_dir) as a:
         snap, created = _guard(lambda: a.submit_ex(task, _parse_json(payload), key, max_attempts))
         if as_json:
-            out.print_json(json.dumps({"id": snap.id, "created": created,
-                                       "task": snap.to_json()}))
+            out.print_json(json.dumps({"id": snap.id, "created": created, "task": snap.to_json()}))
         else:
             print(snap.id)
 
 
 @cli.command()
-def status(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None,
-           as_json: AsJson = False) -> None:
+def status(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
     """Show one task."""
     with _app(db, app) as a:
         _print_task(_guard(lambda: a.query(task_id)), as_json)
@@ -125,37 +145,52 @@ def list_(
     state: Annotated[str | None, typer.Option("--state")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     cursor: Annotated[str | None, typer.Option("--cursor")] = None,
-    db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    as_json: AsJson = False,
 ) -> None:
     """List tasks, newest first."""
     with _app(db, app) as a:
         page = _guard(lambda: a.list(state, limit, cursor))
         if as_json:
-            out.print_json(json.dumps({"items": [s.to_json(payload=False) for s in page.items],
-                                       "next_cursor": page.next_cursor}))
+            out.print_json(
+                json.dumps(
+                    {
+                        "items": [s.to_json(payload=False) for s in page.items],
+                        "next_cursor": page.next_cursor,
+                    }
+                )
+            )
             return
         table = Table("id", "task", "state", "attempt", "created", "error")
         for s in page.items:
-            table.add_row(s.id, s.task, s.state.value, f"{s.attempt}/{s.max_attempts}",
-                          s.to_json()["created_at"], s.error.code if s.error else "")
+            table.add_row(
+                s.id,
+                s.task,
+                s.state.value,
+                f"{s.attempt}/{s.max_attempts}",
+                s.to_json()["created_at"],
+                s.error.code if s.error else "",
+            )
         out.print(table)
         if page.next_cursor:
             out.print(f"more: --cursor {page.next_cursor}")
 
 
 @cli.command()
-def cancel(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None,
-           as_json: AsJson = False) -> None:
+def cancel(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
     """Cancel a task: queued → cancelled, running → cancel_requested."""
     with _app(db, app) as a:
         outcome = _guard(lambda: a.cancel(task_id))
         snap = a.query(task_id)
         if as_json:
-            out.print_json(json.dumps({"request_accepted": outcome.request_accepted,
-                                       "task": snap.to_json()}))
+            out.print_json(
+                json.dumps({"request_accepted": outcome.request_accepted, "task": snap.to_json()})
+            )
         else:
-            print(f"request_accepted={str(outcome.request_accepted).lower()} "
-                  f"state={snap.state.value}")
+            print(
+                f"request_accepted={str(outcome.request_accepted).lower()} state={snap.state.value}"
+            )
 
 
 @cli.command()
@@ -176,8 +211,11 @@ def recover(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -
 def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
     """Counts per state and the recovery-health counters."""
     with _app(db, app) as a:
-        doc = {"counts": _guard(a.counts), "counters": a.store.counters(),
-               "workers": a.store.workers()}
+        doc = {
+            "counts": _guard(a.counts),
+            "counters": a.store.counters(),
+            "workers": a.store.workers(),
+        }
         if as_json:
             out.print_json(json.dumps(doc))
             return
@@ -195,7 +233,9 @@ def watch(
     task_id: str,
     after: Annotated[int, typer.Option("--after", min=0, help="Resume after this seq.")] = 0,
     url: Annotated[str | None, typer.Option("--url", help="Follow over HTTP SSE.")] = None,
-    db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    as_json: AsJson = False,
 ) -> None:
     """Follow a task's events live with a progress bar until it ends."""
     if url:
@@ -210,19 +250,22 @@ def watch(
 
 @cli.command()
 def worker(
-    db: Db = DEFAULT_DB, app: AppSpec = None, concurrency: Concurrency = 4,
-    runner: Runner = "thread", lease: Lease = 30.0, drain_timeout: Drain = 10.0,
-    data_dir: DataDir = None, webhook: Webhook = None,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    concurrency: Concurrency = 4,
+    runner: Runner = "thread",
+    lease: Lease = 30.0,
+    drain_timeout: Drain = 10.0,
+    data_dir: DataDir = None,
+    webhook: Webhook = None,
 ) -> None:
     """Claim and run tasks until SIGTERM/SIGINT, then shut down gracefully (exit 0)."""
     hooks = _webhooks(webhook)
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
         stop = threading.Event()
         _on_signals(stop.set)
-        w = _guard(lambda: a.worker(runner=runner, concurrency=concurrency,
-                                    webhooks=hooks).start())
-        err.print(f"tasklab worker ready: {concurrency} {runner} slots on {db}",
-                  highlight=False)
+        w = _guard(lambda: a.worker(runner=runner, concurrency=concurrency, webhooks=hooks).start())
+        err.print(f"tasklab worker ready: {concurrency} {runner} slots on {db}", highlight=False)
         while not stop.wait(0.2):
             pass
         report = w.stop()

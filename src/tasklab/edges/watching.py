@@ -20,9 +20,15 @@ class _View:
     def __init__(self, console: Console, as_json: bool) -> None:
         self.console = console
         self.as_json = as_json
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 DownloadColumn(), TimeRemainingColumn(), console=console,
-                                 transient=False, disable=as_json)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=as_json,
+        )
         self.bar: Any = None
         self.last_seq = 0
 
@@ -43,16 +49,16 @@ class _View:
                 self.bar = self.progress.add_task("progress", total=data["total"] or 1)
             self.progress.update(self.bar, completed=data["done"], total=data["total"] or 1)
         elif etype == "chunk":
-            self.progress.console.print(data.get("text", ""), end="", markup=False,
-                                        highlight=False)
+            self.progress.console.print(data.get("text", ""), end="", markup=False, highlight=False)
         elif etype == "attempt":
             self.progress.console.print(f"[dim]— attempt {data.get('attempt')} began —[/dim]")
         else:
             self.progress.console.print(json.dumps(data), markup=False)
 
 
-def watch_store(app: TaskApp, task_id: str, after: int, console: Console,
-                as_json: bool) -> TaskSnapshot:
+def watch_store(
+    app: TaskApp, task_id: str, after: int, console: Console, as_json: bool
+) -> TaskSnapshot:
     """Follow from the database: wakes on every commit, ends after the terminal state
     has been read and every event before it shown."""
     store = app.store
@@ -71,8 +77,9 @@ def watch_store(app: TaskApp, task_id: str, after: int, console: Console,
     return snap
 
 
-def watch_http(url: str, task_id: str, after: int, console: Console,
-               as_json: bool) -> dict[str, Any]:
+def watch_http(
+    url: str, task_id: str, after: int, console: Console, as_json: bool
+) -> dict[str, Any]:
     """Follow over SSE; a dropped connection reconnects with `Last-Event-ID`."""
     import time
 
@@ -105,8 +112,12 @@ def _follow(base: str, task_id: str, view: _View, headers: dict[str, str]) -> An
 
     hdrs = dict(headers)
     hdrs["Last-Event-ID"] = str(view.last_seq)
-    with httpx.stream("GET", f"{base}/tasks/{task_id}/events", headers=hdrs,
-                      timeout=httpx.Timeout(30.0, read=60.0)) as resp:
+    with httpx.stream(
+        "GET",
+        f"{base}/tasks/{task_id}/events",
+        headers=hdrs,
+        timeout=httpx.Timeout(30.0, read=60.0),
+    ) as resp:
         if resp.status_code == 404:
             from tasklab.errors import TaskNotFound
 
@@ -148,12 +159,19 @@ def _summary(console: Console, snap: dict[str, Any], as_json: bool) -> None:
     console.print()
     state = snap.get("state")
     if state == "succeeded":
-        console.print(f"[green]succeeded[/green] result: {json.dumps(snap.get('result'))}",
-                      markup=True, highlight=False)
+        console.print(
+            f"[green]succeeded[/green] result: {json.dumps(snap.get('result'))}",
+            markup=True,
+            highlight=False,
+        )
     elif state == "cancelled":
-        console.print(f"[yellow]cancelled[/yellow] ({snap.get('cancel_reason')}); effects "
-                      "already made outside tasklab are not undone", highlight=False)
+        console.print(
+            f"[yellow]cancelled[/yellow] ({snap.get('cancel_reason')}); effects "
+            "already made outside tasklab are not undone",
+            highlight=False,
+        )
     else:
         error = snap.get("error") or {}
-        console.print(f"[red]{state}[/red] {error.get('code')}: {error.get('message')}",
-                      highlight=False)
+        console.print(
+            f"[red]{state}[/red] {error.get('code')}: {error.get('message')}", highlight=False
+        )

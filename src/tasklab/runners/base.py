@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasklab.core.models import Claim, RunnerCancelOutcome
 from tasklab.core.states import CancelReason
-from tasklab.errors import QueueFull, ShuttingDown, TaskNotFound, TasklabError
+from tasklab.errors import QueueFull, ShuttingDown, TasklabError, TaskNotFound
 
 if TYPE_CHECKING:
     from tasklab.app import TaskApp

@@ -57,8 +57,7 @@ class Worker:
     def start(self) -> Worker:
         self.runner.__enter__()  # takes the liveness lock for as long as we run
         self.app.store.register_worker(self.id)
-        self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop", daemon=True)
         self._thread.start()
         if self.webhooks:
             from tasklab.service.outbox import Dispatcher
@@ -106,8 +105,11 @@ class Worker:
             self.app.store.unregister_worker(self.id)
         except TasklabError:
             pass
-        return {"released": released, "cancel_requested": self.cancelled_on_shutdown,
-                "left_running": left}
+        return {
+            "released": released,
+            "cancel_requested": self.cancelled_on_shutdown,
+            "left_running": left,
+        }
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -139,8 +141,9 @@ class Worker:
         free = self.runner.free_slots
         if free <= 0:
             return 0
-        claims = self.app.store.claim(self.leased_names, free, self.app.owner,
-                                      self.app.settings.lease)
+        claims = self.app.store.claim(
+            self.leased_names, free, self.app.owner, self.app.settings.lease
+        )
         for claim in claims:
             try:
                 self.runner.submit_claim(claim)

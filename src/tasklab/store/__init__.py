@@ -13,7 +13,7 @@ def open_store(url: str, **options: object) -> Store:
     if url.startswith("sqlite:///"):
         from tasklab.store.sqlite import SQLiteStore
 
-        path = url[len("sqlite:///"):]
+        path = url[len("sqlite:///") :]
         if not path:
             raise ValueError("sqlite URL needs a path: sqlite:///tasklab.db")
         return SQLiteStore(path, **options)  # type: ignore[arg-type]
@@ -21,6 +21,4 @@ def open_store(url: str, **options: object) -> Store:
         from tasklab.store.postgres import PostgresStore
 
         return PostgresStore(url, **options)  # type: ignore[arg-type]
-    raise ValueError(
-        f"unsupported database URL {url!r}: use sqlite:///path.db or postgresql://…"
-    )
+    raise ValueError(f"unsupported database URL {url!r}: use sqlite:///path.db or postgresql://…")

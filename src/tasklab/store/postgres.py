@@ -28,8 +28,9 @@ MIGRATIONS = ["schema_1"]
 class PostgresStore(SqlStore):
     integrity_errors = (psycopg.errors.IntegrityError,)
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10,
-                 statement_timeout_ms: int = 4000) -> None:
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 10, statement_timeout_ms: int = 4000
+    ) -> None:
         super().__init__()
         self.url = url
         self.q = queries.load("postgres", pyformat=True)
@@ -37,9 +38,12 @@ class PostgresStore(SqlStore):
         self._options = f"-c statement_timeout={statement_timeout_ms}"
         try:
             self._pool = ConnectionPool(
-                url, min_size=min_size, max_size=max_size, open=True, timeout=10,
-                kwargs={"autocommit": True, "row_factory": dict_row,
-                        "options": self._options},
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                open=True,
+                timeout=10,
+                kwargs={"autocommit": True, "row_factory": dict_row, "options": self._options},
             )
             self._pool.wait(timeout=10)
         except (psycopg.Error, Exception) as exc:
@@ -54,8 +58,9 @@ class PostgresStore(SqlStore):
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row,
-                               options=self._options)
+        return psycopg.connect(
+            self._conninfo, autocommit=True, row_factory=dict_row, options=self._options
+        )
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
@@ -143,7 +148,9 @@ class PostgresStore(SqlStore):
                 if self._listener is None:
                     ready = threading.Event()
                     self._listener = threading.Thread(
-                        target=self._listen, args=(ready,), name="tasklab-pg-listen",
+                        target=self._listen,
+                        args=(ready,),
+                        name="tasklab-pg-listen",
                         daemon=True,
                     )
                     self._listener.start()

@@ -65,7 +65,9 @@ class SQLiteStore(SqlStore):
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False,
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
                 timeout=self._busy_timeout,
             )
         except sqlite3.Error as exc:

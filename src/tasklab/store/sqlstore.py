@@ -109,9 +109,7 @@ class SqlStore:
 
     def _snapshot(self, row: Row) -> TaskSnapshot:
         error = (
-            ErrorInfo(row["error_code"], row["error_message"] or "")
-            if row["error_code"]
-            else None
+            ErrorInfo(row["error_code"], row["error_message"] or "") if row["error_code"] else None
         )
         state = State(row["state"])
         return TaskSnapshot(
@@ -226,8 +224,14 @@ class SqlStore:
         with self._read() as conn:
             rows = self._all(conn, "events_after", task_id=task_id, after=after, limit=limit)
         return [
-            Event(r["task_id"], r["seq"], r["attempt"], r["type"], json.loads(r["data"]),
-                  self._dt(r["at"]))  # type: ignore[arg-type]
+            Event(
+                r["task_id"],
+                r["seq"],
+                r["attempt"],
+                r["type"],
+                json.loads(r["data"]),
+                self._dt(r["at"]),
+            )  # type: ignore[arg-type]
             for r in rows
         ]
 
@@ -252,8 +256,12 @@ class SqlStore:
             return []
         with self._write() as conn:
             rows = self._all(
-                conn, "claim_next", names=self._list_param(names), limit=limit,
-                owner=owner, lease=lease,
+                conn,
+                "claim_next",
+                names=self._list_param(names),
+                limit=limit,
+                owner=owner,
+                lease=lease,
             )
         return [self._claim(r, owner) for r in rows]
 
@@ -293,8 +301,13 @@ class SqlStore:
         first = int(row["event_seq"]) - len(events) + 1
         for i, (etype, data) in enumerate(events):
             self._x(
-                conn, "insert_event", task_id=claim.task_id, seq=first + i,
-                attempt=claim.attempt, type=etype, data=dumps(data),
+                conn,
+                "insert_event",
+                task_id=claim.task_id,
+                seq=first + i,
+                attempt=claim.attempt,
+                type=etype,
+                data=dumps(data),
             )
         return row
 
@@ -315,7 +328,13 @@ class SqlStore:
         return settled.state
 
     def _apply(
-        self, conn: Any, task_id: str, epoch: int, current: State, s: Settlement, query: str,
+        self,
+        conn: Any,
+        task_id: str,
+        epoch: int,
+        current: State,
+        s: Settlement,
+        query: str,
         **extra: Any,
     ) -> bool:
         changed = self._x(
@@ -404,12 +423,24 @@ class SqlStore:
                 rows = self._all(conn, query, limit=500)
                 for r in rows:
                     task = Expired(
-                        r["id"], r["epoch"], State(r["state"]), r["attempt"],
-                        r["max_attempts"], bool(r["retry_safe"]), bool(r["request_bound"]),
+                        r["id"],
+                        r["epoch"],
+                        State(r["state"]),
+                        r["attempt"],
+                        r["max_attempts"],
+                        bool(r["retry_safe"]),
+                        bool(r["request_bound"]),
                     )
                     settled = settle(task.state, expiry_outcome(task, backoff))
-                    if self._apply(conn, task.task_id, task.epoch, task.state, settled,
-                                   "resolve_expired", exclusive=exclusive):
+                    if self._apply(
+                        conn,
+                        task.task_id,
+                        task.epoch,
+                        task.state,
+                        settled,
+                        "resolve_expired",
+                        exclusive=exclusive,
+                    ):
                         resolved.append(task.task_id)
             if len(rows) < 500:
                 return resolved
@@ -417,8 +448,9 @@ class SqlStore:
     # ---- workers, counters, outbox -------------------------------------------------
     def register_worker(self, worker_id: str) -> None:
         with self._write() as conn:
-            self._x(conn, "register_worker", id=worker_id, host=os.uname().nodename,
-                    pid=os.getpid())
+            self._x(
+                conn, "register_worker", id=worker_id, host=os.uname().nodename, pid=os.getpid()
+            )
 
     def unregister_worker(self, worker_id: str) -> None:
         with self._write() as conn:
@@ -445,16 +477,25 @@ class SqlStore:
     def outbox_pending(self, url: str, limit: int) -> list[dict[str, JSON]]:
         with self._read() as conn:
             rows = self._all(conn, "outbox_pending", url=url, limit=limit)
-        return [{"event_id": r["event_id"], "task_id": r["task_id"],
-                 "attempts": r["attempts"] or 0} for r in rows]
+        return [
+            {"event_id": r["event_id"], "task_id": r["task_id"], "attempts": r["attempts"] or 0}
+            for r in rows
+        ]
 
     def record_delivery(
         self, event_id: str, url: str, ok: bool, delay: float, error: str | None
     ) -> None:
         with self._write() as conn:
             self.faults.check("delivery_record")
-            self._x(conn, "delivery_attempted", event_id=event_id, url=url, ok=ok,
-                    delay=delay, error=error)
+            self._x(
+                conn,
+                "delivery_attempted",
+                event_id=event_id,
+                url=url,
+                ok=ok,
+                delay=delay,
+                error=error,
+            )
 
     def notification_lag(self, url: str) -> float:
         with self._read() as conn:
@@ -486,4 +527,3 @@ class _TxPort:
         """After rolling back the body, write its events again: progress is kept."""
         if self._written:
             self._store._fenced(self.connection, self._claim, self._written)
-

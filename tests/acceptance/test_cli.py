@@ -1,0 +1,186 @@
+"""The real `tasklab` command in subprocesses: shapes, exit codes, and bad input that
+changes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TASKLAB, *args],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def counts(db: str) -> dict:
+    return json.loads(run("stats", "--db", db, "--json").stdout)["counts"]
+
+
+def test_submit_prints_the_id_and_json_shapes(db):
+    done = run("submit", "wordfreq", "--payload", '{"text": "b a b"}', "--db", db)
+    assert done.returncode == 0
+    tid = done.stdout.strip()
+    assert len(tid) == 24 and "\n" not in tid
+    snap = json.loads(run("status", tid, "--db", db, "--json").stdout)
+    assert set(snap) == {
+        "id",
+        "task",
+        "payload",
+        "state",
+        "attempt",
+        "max_attempts",
+        "result",
+        "error",
+        "cancel_reason",
+        "idempotency_key",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
+    assert snap["state"] == "queued"
+    listed = json.loads(run("list", "--db", db, "--json").stdout)
+    assert listed["next_cursor"] is None and "payload" not in listed["items"][0]
+    again = json.loads(
+        run(
+            "submit",
+            "wordfreq",
+            "--payload",
+            '{"text": "b a b"}',
+            "--key",
+            "k",
+            "--db",
+            db,
+            "--json",
+        ).stdout
+    )
+    assert again["created"] is True
+    same = json.loads(
+        run(
+            "submit",
+            "wordfreq",
+            "--payload",
+            '{"text": "b a b"}',
+            "--key",
+            "k",
+            "--db",
+            db,
+            "--json",
+        ).stdout
+    )
+    assert same["id"] == again["id"] and same["created"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["submit", "nope"], 2, "unknown_task"),
+        (["submit", "wordfreq", "--payload", "{bad"], 2, "not valid JSON"),
+        (["submit", "wordfreq", "--payload", "[1]"], 2, "JSON object"),
+        (["submit", "wordfreq", "--payload", '{"txt": "x"}'], 2, "unexpected keyword"),
+        (["submit", "wordfreq", "--payload", '{"text": "a", "path": "b"}'], 2, "exactly one"),
+        (["submit", "wordfreq", "--payload", '{"path": "/etc/passwd"}'], 2, "data directory"),
+        (["status", "nope"], 2, "not_found"),
+        (["cancel", "nope"], 2, "not_found"),
+        (["list", "--state", "weird"], 2, "unknown state"),
+        (["submit", "t.echo", "--app", "no.such.module:app"], 2, "cannot import"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_stores_nothing(db, args, code, message):
+    done = run(*args, "--db", db)
+    assert done.returncode == code
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert sum(counts(db).values()) == 0
+
+
+def test_oversized_payload_is_refused(db, tmp_path):
+    big = json.dumps({"text": "x" * (1024 * 1024 + 10)})
+    done = run("submit", "wordfreq", "--payload", "-", "--db", db, stdin=big)
+    assert done.returncode == 2 and "larger than" in done.stderr
+    (tmp_path / "p.json").write_text(big)
+    done = run("submit", "wordfreq", "--payload", f"@{tmp_path / 'p.json'}", "--db", db)
+    assert done.returncode == 2 and "larger than" in done.stderr
+    assert sum(counts(db).values()) == 0
+
+
+def test_wordfreq_reads_only_inside_the_data_dir(db, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("x y x")
+    (tmp_path / "secret.txt").write_text("secret")
+    (data / "link.txt").symlink_to(tmp_path / "secret.txt")
+    ok = run(
+        "submit", "wordfreq", "--payload", '{"path": "a.txt"}', "--db", db, "--data-dir", str(data)
+    )
+    assert ok.returncode == 0
+    for bad in ["../secret.txt", "link.txt", str(tmp_path / "secret.txt")]:
+        refused = run(
+            "submit",
+            "wordfreq",
+            "--payload",
+            json.dumps({"path": bad}),
+            "--db",
+            db,
+            "--data-dir",
+            str(data),
+        )
+        assert refused.returncode == 2 and "outside the data directory" in refused.stderr
+    assert counts(db)["queued"] == 1
+
+
+def test_watch_and_cancel_against_the_database(db):
+    tid = run("submit", "wordfreq", "--payload", '{"text": "a a b"}', "--db", db).stdout.strip()
+    cancelled = json.loads(run("cancel", tid, "--db", db, "--json").stdout)
+    assert cancelled["request_accepted"] is True and cancelled["task"]["state"] == "cancelled"
+    again = json.loads(run("cancel", tid, "--db", db, "--json").stdout)
+    assert again["request_accepted"] is False
+    watched = run("watch", tid, "--db", db, "--json")
+    assert watched.returncode == 3  # ended, but not succeeded
+    assert json.loads(watched.stdout)["state"] == "cancelled"
+
+
+def test_worker_runs_and_watch_follows_progress(db, tmp_path):
+    text = " ".join(["word"] * 20000)
+    tid = run(
+        "submit", "wordfreq", "--payload", json.dumps({"text": text}), "--db", db
+    ).stdout.strip()
+    with subprocess.Popen(
+        [*TASKLAB, "worker", "--db", db, *APP],
+        cwd=ROOT,
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as worker:
+        assert "ready" in worker.stderr.readline()  # type: ignore[union-attr]
+        watched = run("watch", tid, "--db", db)
+        worker.send_signal(15)
+        assert worker.wait(20) == 0
+    assert watched.returncode == 0, watched.stderr
+    assert "succeeded" in watched.stdout and "word" in watched.stdout
+    snap = json.loads(run("status", tid, "--db", db, "--json").stdout)
+    assert snap["result"]["top"] == [["word", 20000]]
+
+
+def test_help_lists_every_command():
+    out = run("--help").stdout
+    for cmd in ["submit", "status", "list", "cancel", "recover", "stats", "watch", "worker"]:
+        assert cmd in out
+    assert sys.executable

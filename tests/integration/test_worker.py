@@ -1,0 +1,110 @@
+"""The worker rule (SPEC §2): claims at most its free slots, heartbeats leases without
+the task's help, and on shutdown releases unstarted claims, drains, then requests
+cancellation; it never turns a queued task into anything else."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from tasklab import Settings, State
+from tests.conftest import make_app, wait_for
+from tests.helpers.sample_tasks import latch, started
+
+
+def test_worker_claims_no_more_than_its_slots(app):
+    names = [uuid.uuid4().hex for _ in range(5)]
+    ids = [app.submit("t.hold", {"name": n}) for n in names]
+    w = app.worker(concurrency=2).start()
+    try:
+        wait_for(lambda: app.counts()["running"] == 2)
+        time.sleep(0.2)
+        assert app.counts() == {**app.counts(), "running": 2, "queued": 3}
+        for n in names:
+            latch(n).set()
+        wait_for(lambda: app.counts()["succeeded"] == 5)
+    finally:
+        w.stop()
+    assert all(app.query(t).attempt == 1 for t in ids)
+
+
+def test_heartbeats_keep_a_busy_task_leased(store_url):
+    """A sync task that never checkpoints outlives several lease lengths."""
+    app = make_app(store_url, lease=1.0)
+    tid = app.submit("t.busy", {"seconds": 2.5})
+    with app.worker(concurrency=1):
+        snap = wait_for(lambda: (s := app.query(tid)).terminal and s)
+    assert snap.state is State.SUCCEEDED and snap.attempt == 1
+    assert app.store.counters()["expired_leases"] == 0
+    app.close()
+
+
+def test_shutdown_releases_drains_and_requests_cancellation(store_url):
+    app = make_app(store_url, lease=5.0, drain_timeout=0.3, shutdown_grace=2.0)
+    quick, slow = uuid.uuid4().hex, uuid.uuid4().hex
+    t_quick = app.submit("t.hold", {"name": quick})
+    t_slow = app.submit("t.hold_checkpoint", {"name": slow})
+    w = app.worker(concurrency=2).start()
+    wait_for(lambda: started(quick).is_set() and started(slow).is_set())
+    queued_later = app.submit("t.echo", {"value": 1})
+    # the quick one finishes inside the drain window; the slow one only on cancel
+    import threading
+
+    threading.Timer(0.1, latch(quick).set).start()
+    report = w.stop()
+    assert report["cancel_requested"] == 1 and report["left_running"] == 0
+    assert app.query(t_quick).state is State.SUCCEEDED
+    slow_snap = app.query(t_slow)
+    assert slow_snap.state is State.CANCELLED and slow_snap.cancel_reason.value == "shutdown"
+    assert app.query(queued_later).state is State.QUEUED  # closing never touches queued
+    app.close()
+
+
+def test_claimed_but_unstarted_tasks_go_back_to_queued(store_url):
+    """With a backlog, a worker can hold claims it has not started; shutdown releases
+    them: queued again, attempt back to 0, nothing cancelled."""
+    app = make_app(store_url, lease=5.0, drain_timeout=0.2, shutdown_grace=0.2)
+    name = uuid.uuid4().hex
+    blocker = app.submit("t.hold", {"name": name})
+    waiting = [app.submit("t.echo", {"value": i}) for i in range(2)]
+    w = app.worker(concurrency=1, backlog=2).start()
+    wait_for(lambda: app.counts()["running"] == 3)  # one started, two claimed in backlog
+    report = w.stop()
+    assert report["released"] == 2
+    for t in waiting:
+        snap = app.query(t)
+        assert snap.state is State.QUEUED and snap.attempt == 0
+    assert app.query(blocker).state is State.CANCEL_REQUESTED  # a thread can't be stopped
+    latch(name).set()
+    wait_for(lambda: app.query(blocker).state is State.CANCELLED)
+    app.close()
+
+
+def test_thread_that_never_checkpoints_is_left_to_its_lease(store_url):
+    app = make_app(store_url, lease=1.0, drain_timeout=0.1, shutdown_grace=0.1)
+    tid = app.submit("t.busy", {"seconds": 3.0})
+    w = app.worker(concurrency=1).start()
+    wait_for(lambda: app.query(tid).state is State.RUNNING)
+    report = w.stop()
+    assert report["left_running"] == 1
+    assert app.query(tid).state is State.CANCEL_REQUESTED
+    # the abandoned thread returns later and ends the task honestly (cancelled)
+    wait_for(lambda: app.query(tid).terminal, timeout=10)
+    assert app.query(tid).state is State.CANCELLED
+    app.close()
+
+
+def test_worker_wakes_fast_on_submit(app):
+    with app.worker(concurrency=1):
+        time.sleep(0.3)  # idle
+        t0 = time.monotonic()
+        tid = app.submit("t.noop", {})
+        wait_for(lambda: app.query(tid).terminal, interval=0.002)
+        assert time.monotonic() - t0 < 1.0
+
+
+def test_settings_default_values():
+    s = Settings()
+    assert (s.lease, s.drain_timeout, s.finalization, s.process_grace) == (30, 10, 5, 5)
+    assert s.heartbeat_every == 10 and s.reap_every == 7.5
+    assert (s.flush_interval, s.flush_bytes) == (0.05, 4096)
