@@ -27,9 +27,12 @@ from tasklab.errors import (
     UnknownTask,
     WorkerAlive,
 )
+from tasklab.runners.aio import AsyncTaskRunner
+from tasklab.runners.process import ProcessTaskRunner
 from tasklab.runners.thread import ThreadTaskRunner
 
 __all__ = [
+    "AsyncTaskRunner",
     "CancelOutcome",
     "CancelReason",
     "Cancelled",
@@ -41,6 +44,7 @@ __all__ = [
     "InvalidPayload",
     "LeaseLost",
     "Page",
+    "ProcessTaskRunner",
     "QueueFull",
     "RunnerCancelOutcome",
     "Settings",

@@ -58,9 +58,21 @@ class TaskApp:
         self.registry = Registry()
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.registry.add(TaskDef("wordfreq", _wordfreq.wordfreq, check=_wordfreq.check))
         self.registry.add(
-            TaskDef("stream_text", _stream_text.stream_text, check=_stream_text.check)
+            TaskDef(
+                "wordfreq",
+                _wordfreq.wordfreq,
+                check=_wordfreq.check,
+                async_fn=_wordfreq.wordfreq_async,
+            )
+        )
+        self.registry.add(
+            TaskDef(
+                "stream_text",
+                _stream_text.stream_text,
+                check=_stream_text.check,
+                async_fn=_stream_text.stream_text_async,
+            )
         )
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tasklab.core.context import TaskContext
@@ -48,6 +49,9 @@ class Execution:
         self._buf_since: float | None = self.started
         self._buf_lock = threading.Lock()
         self._write_lock = threading.Lock()  # keeps flushes and the finish in order
+        # An async execution must not write from the event loop: it flushes in a thread.
+        self.inline_flush = True
+        self.stop_hooks: list[Callable[[], None]] = []
 
     # ---- the port ------------------------------------------------------------------
     def cancel_requested(self) -> bool:
@@ -59,7 +63,11 @@ class Execution:
     def request_stop(self, reason: CancelReason | None) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
+        first = not self.cancel_flag.is_set()
         self.cancel_flag.set()
+        if first:
+            for hook in self.stop_hooks:
+                hook()
 
     def add_event(self, etype: str, data: JSON) -> None:
         size = len(json.dumps(data))
@@ -83,8 +91,12 @@ class Execution:
         if self._buf_since is None:
             self._buf_since = time.monotonic()
 
+    @property
+    def flush_needed(self) -> bool:
+        return self._buf_bytes >= self.app.settings.flush_bytes
+
     def _maybe_flush(self) -> None:
-        if self._buf_bytes >= self.app.settings.flush_bytes:
+        if self.inline_flush and self.flush_needed:
             self.flush()
 
     def heartbeat(self) -> None:
@@ -147,7 +159,7 @@ class Execution:
     def _lose(self) -> None:
         if not self.lost:
             self.lost = True
-            self.cancel_flag.set()
+            self.request_stop(None)
             self.app.count_stale_write()
 
     # ---- running -------------------------------------------------------------------
@@ -188,7 +200,7 @@ class Execution:
                 # No fake state: the task stays live until its lease expires and the
                 # reaper or exclusive recovery settles it as outcome_unknown.
                 self.lost = True
-                self.cancel_flag.set()
+                self.request_stop(None)
                 self.app.count("terminal_write_failures")
                 return None
 

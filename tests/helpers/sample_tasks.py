@@ -180,3 +180,101 @@ def main_run(url: str, task_id: str) -> None:
 if __name__ == "__main__":
     main_run(sys.argv[1], sys.argv[2])
     os._exit(0)
+
+
+# ---- tasks that work on every runner (thread, process, async): file latches ----------
+
+
+def _wait_file(path: Path, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+@app.task(name="t.file_hold")
+def file_hold(ctx: Any, dir: str, result: str = "done") -> str:
+    """Touch `started`, wait for `release` (no checkpoint meanwhile), return."""
+    d = Path(dir)
+    (d / "started").touch()
+    _wait_file(d / "release")
+    return result
+
+
+@app.task(name="t.file_hold_checkpoint")
+def file_hold_checkpoint(ctx: Any, dir: str) -> str:
+    d = Path(dir)
+    (d / "started").touch()
+    while not (d / "release").exists():
+        ctx.checkpoint()
+        time.sleep(0.005)
+    return "released"
+
+
+@app.task(name="t.spin")
+def spin(ctx: Any, dir: str) -> str:
+    """CPU work that never reaches a checkpoint."""
+    (Path(dir) / "started").touch()
+    end = time.monotonic() + 60
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return str(n)
+
+
+@app.task(name="t.pid")
+def pid(ctx: Any, dir: str) -> int:
+    (Path(dir) / "pid").write_text(str(os.getpid()))
+    _wait_file(Path(dir) / "release")
+    return os.getpid()
+
+
+@app.task(name="t.async_sleep")
+async def async_sleep(ctx: Any, dir: str) -> str:
+    import asyncio
+
+    (Path(dir) / "started").touch()
+    await asyncio.sleep(60)
+    return "slept"
+
+
+@app.task(name="t.async_upstream")
+async def async_upstream(ctx: Any, dir: str) -> str:
+    """Seed 003 §2: a relay over an upstream generator, closed with aclosing."""
+    import asyncio
+    from contextlib import aclosing
+
+    log = Path(dir) / "log"
+
+    async def upstream():  # type: ignore[no-untyped-def]
+        try:
+            yield "first chunk"
+            await asyncio.Event().wait()
+            yield "never"
+        finally:
+            with log.open("a") as fh:
+                fh.write("upstream closed\n")
+
+    async with aclosing(upstream()) as chunks:
+        async for chunk in chunks:
+            await ctx.stream(chunk)
+            (Path(dir) / "started").touch()
+    return "done"
+
+
+@app.task(name="t.async_swallow")
+async def async_swallow(ctx: Any, dir: str) -> str:
+    """`except Exception` does not catch CancelledError."""
+    import asyncio
+
+    (Path(dir) / "started").touch()
+    try:
+        await asyncio.sleep(60)
+    except Exception:
+        return "swallowed"
+    return "slept"
+
+
+@app.task(name="t.async_echo")
+async def async_echo(ctx: Any, value: Any = None) -> Any:
+    await ctx.emit({"echo": value})
+    return value

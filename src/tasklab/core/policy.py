@@ -64,10 +64,29 @@ def exception_outcome(
     cancel_requested: bool,
     backoff: Backoff,
 ) -> Outcome:
-    """A task raised `exc` (not a cancellation). Retry only for listed exceptions with
-    attempts left, and never once a stop was requested."""
-    message = f"{type(exc).__name__}: {exc}"
-    if retry_on and isinstance(exc, retry_on) and attempt < max_attempts and not cancel_requested:
+    """A task raised `exc` (not a cancellation)."""
+    return error_outcome(
+        f"{type(exc).__name__}: {exc}",
+        retryable=bool(retry_on) and isinstance(exc, retry_on),
+        attempt=attempt,
+        max_attempts=max_attempts,
+        cancel_requested=cancel_requested,
+        backoff=backoff,
+    )
+
+
+def error_outcome(
+    message: str,
+    *,
+    retryable: bool,
+    attempt: int,
+    max_attempts: int,
+    cancel_requested: bool,
+    backoff: Backoff,
+) -> Outcome:
+    """Retry only a retryable error with attempts left, and never once a stop was
+    requested; anything else fails with `task_error`."""
+    if retryable and attempt < max_attempts and not cancel_requested:
         return Outcome.retry(ErrorCode.TASK_ERROR, message, backoff.delay(attempt))
     return Outcome.failed(ErrorCode.TASK_ERROR, message)
 

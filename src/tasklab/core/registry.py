@@ -37,6 +37,8 @@ class TaskDef:
     is_async: bool = False
     # extra validation at submit, beyond the signature: check(payload, data_dir)
     check: Callable[[dict[str, Any], Any], None] | None = None
+    # an `async def` twin that drives the same logic, for the asyncio runner
+    async_fn: Callable[..., Any] | None = None
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -104,16 +105,20 @@ class Faults:
 
     def __init__(self) -> None:
         self._armed: dict[str, int] = {}
+        self._delay: dict[str, float] = {}
         self._lock = threading.Lock()
         for item in filter(None, os.environ.get("TASKLAB_FAULTS", "").split(",")):
             point, _, times = item.partition(":")
             self.arm(point.strip(), int(times or 1))
 
-    def arm(self, point: str, times: int = 1) -> None:
+    def arm(self, point: str, times: int = 1, delay: float = 0.0) -> None:
+        """Fail the next `times` writes at `point`, each after `delay` seconds (a write
+        that hangs, then fails — as a locked database would)."""
         if point not in self.POINTS:
             raise ValueError(f"unknown fault point {point!r}; known: {sorted(self.POINTS)}")
         with self._lock:
             self._armed[point] = self._armed.get(point, 0) + times
+            self._delay[point] = delay
 
     def check(self, point: str) -> None:
         with self._lock:
@@ -121,6 +126,9 @@ class Faults:
             if left <= 0:
                 return
             self._armed[point] = left - 1
+            delay = self._delay.get(point, 0.0)
+        if delay:
+            time.sleep(delay)
         raise StoreError(f"injected fault at {point!r}")
 
 

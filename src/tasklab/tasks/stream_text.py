@@ -28,3 +28,12 @@ def stream_text(ctx: Any, text: str, tokens_per_second: float = 20.0) -> str:
         ctx.stream(token)
         ctx.sleep(pause)
     return text
+
+
+async def stream_text_async(ctx: Any, text: str, tokens_per_second: float = 20.0) -> str:
+    pause = 1.0 / tokens_per_second
+    for token in tokens(text):
+        await ctx.checkpoint()
+        await ctx.stream(token)
+        await ctx.sleep(pause)
+    return text

@@ -95,3 +95,18 @@ def wordfreq(ctx: Any, text: str | None = None, path: str | None = None, top: in
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         ctx.emit(progress)
+
+
+async def wordfreq_async(
+    ctx: Any, text: str | None = None, path: str | None = None, top: int = 10
+) -> dict:
+    """The same counting generator, driven from the event loop (each chunk is a short
+    burst of CPU between awaits)."""
+    counting = count(load_text(ctx.data_dir, text, path), top)
+    while True:
+        await ctx.checkpoint()
+        try:
+            progress = next(counting)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await ctx.emit(progress)

@@ -1,0 +1,174 @@
+"""The child side of the process runner: run one task function at a time.
+
+The main thread runs the function; a reader thread takes the parent's messages (a
+cancel sets a flag the checkpoints see; replies answer the context's calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import queue
+import signal
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from tasklab.core.context import TaskContext
+from tasklab.core.models import EffectRecord
+from tasklab.errors import Cancelled, LeaseLost
+
+
+def _send(conn: Connection, msg: dict[str, Any]) -> None:
+    conn.send_bytes(json.dumps(msg, allow_nan=False).encode())
+
+
+class ChildPort:
+    """The context port inside the child: events go to the parent, which holds the
+    claim and does every fenced write."""
+
+    connection: Any = None
+
+    def __init__(
+        self,
+        conn: Connection,
+        msg: dict[str, Any],
+        cancel: threading.Event,
+        replies: queue.Queue[dict[str, Any]],
+    ) -> None:
+        self._conn = conn
+        self.task_id = msg["task_id"]
+        self.attempt = msg["attempt"]
+        self.data_dir = msg.get("data_dir")
+        self._cancel = cancel
+        self._replies = replies
+
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait_cancel(self, timeout: float) -> bool:
+        return self._cancel.wait(timeout)
+
+    def add_event(self, etype: str, data: Any) -> None:
+        _send(self._conn, {"op": "event", "type": etype, "data": data})
+
+    def add_text(self, text: str) -> None:
+        _send(self._conn, {"op": "text", "text": text})
+
+    def _call(self, name: str, **args: Any) -> dict[str, Any]:
+        _send(self._conn, {"op": "call", "name": name, **args})
+        reply = self._replies.get()
+        if "lost" in reply:
+            raise LeaseLost(reply["lost"])
+        return reply
+
+    def heartbeat(self) -> None:
+        self._call("heartbeat")
+
+    def effect_get(self, key: str) -> EffectRecord:
+        r = self._call("effect_get", key=key)
+        return EffectRecord(key, r["status"], r.get("result"), r.get("attempt"))
+
+    def effect_start(self, key: str) -> None:
+        self._call("effect_start", key=key)
+
+    def effect_done(self, key: str, result: Any) -> None:
+        self._call("effect_done", key=key, result=result)
+
+
+class _AsyncFacade:
+    """Lets an `async def` task run in a child: the same methods, as coroutines."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self._ctx = ctx
+        self.attempt = ctx.attempt
+        self.task_id = ctx.task_id
+        self.data_dir = ctx.data_dir
+
+    async def checkpoint(self) -> None:
+        self._ctx.checkpoint()
+
+    async def emit(self, data: Any) -> None:
+        self._ctx.emit(data)
+
+    async def stream(self, text: str) -> None:
+        self._ctx.stream(text)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._ctx.checkpoint()
+
+
+def _resolve(qualified: str) -> Any:
+    module, _, name = qualified.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _run(
+    conn: Connection,
+    msg: dict[str, Any],
+    cancel: threading.Event,
+    replies: queue.Queue[dict[str, Any]],
+) -> dict[str, Any]:
+    ctx = TaskContext(ChildPort(conn, msg, cancel, replies))
+    try:
+        fn = _resolve(msg["fn"])
+        if asyncio.iscoroutinefunction(fn):
+            value = asyncio.run(fn(_AsyncFacade(ctx), **msg["payload"]))
+        else:
+            value = fn(ctx, **msg["payload"])
+    except Cancelled:
+        return {"op": "done", "kind": "cancelled"}
+    except LeaseLost:
+        return {"op": "done", "kind": "lost"}
+    except Exception as exc:
+        mro = [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__]
+        return {
+            "op": "done",
+            "kind": "error",
+            "message": f"{type(exc).__name__}: {exc}",
+            "mro": mro,
+        }
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return {"op": "done", "kind": "invalid_result", "message": f"the result is not JSON: {exc}"}
+    return {"op": "done", "kind": "return", "value": value}
+
+
+def main(conn: Connection) -> None:
+    # The parent decides when a task stops (it runs us in our own session, too).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runs: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    replies: queue.Queue[dict[str, Any]] = queue.Queue()
+    cancel = threading.Event()
+
+    def reader() -> None:
+        try:
+            while True:
+                msg = json.loads(conn.recv_bytes())
+                if msg["op"] == "cancel":
+                    cancel.set()
+                elif msg["op"] == "reply":
+                    replies.put(msg)
+                elif msg["op"] == "run":
+                    runs.put(msg)
+                elif msg["op"] == "exit":
+                    break
+        except (EOFError, OSError):
+            pass
+        runs.put(None)
+
+    threading.Thread(target=reader, name="tasklab-child-reader", daemon=True).start()
+    while (msg := runs.get()) is not None:
+        cancel.clear()
+        _send(conn, _run(conn, msg, cancel, replies))
+
+
+if __name__ == "__main__":
+    main(Connection(int(sys.argv[1])))

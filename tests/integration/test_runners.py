@@ -1,0 +1,229 @@
+"""What every runner promises (seed 001's timeline where it applies), and what only
+one of them can do: terminate a process, cancel an asyncio task."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tasklab import (
+    AsyncTaskRunner,
+    ProcessTaskRunner,
+    QueueFull,
+    Settings,
+    State,
+    ThreadTaskRunner,
+)
+from tests.conftest import make_app, wait_for
+
+RUNNERS = {"thread": ThreadTaskRunner, "process": ProcessTaskRunner, "async": AsyncTaskRunner}
+TEXT = (
+    "It was the best of times, it was the worst of times; it was the age of "
+    "wisdom, it was the age of foolishness. "
+) * 3000
+
+
+@pytest.fixture(params=list(RUNNERS))
+def runner_cls(request):
+    return RUNNERS[request.param]
+
+
+def started(d: Path) -> bool:
+    return (d / "started").exists()
+
+
+def release(d: Path) -> None:
+    (d / "release").touch()
+
+
+def test_wordfreq_is_identical_on_every_runner(app):
+    results = {}
+    for name, cls in RUNNERS.items():
+        tid = app.submit("wordfreq", {"text": TEXT, "top": 5})
+        with cls(app, workers=2) as runner:
+            snap = runner.submit(tid).result(timeout=60)
+        assert snap.state is State.SUCCEEDED, (name, snap.error)
+        progress = [e.data for e in app.events(tid) if e.type == "progress"]
+        assert progress[-1]["done"] == progress[-1]["total"] == len(TEXT.encode())
+        results[name] = snap.result
+    assert results["thread"] == results["process"] == results["async"]
+    assert results["thread"]["top"][0] == ["it", 12000]
+
+
+def test_seed_001_timeline_on_every_runner(app, runner_cls, tmp_path):
+    d1, d3 = tmp_path / "1", tmp_path / "3"
+    d1.mkdir(), d3.mkdir()
+    first = app.submit("t.file_hold", {"dir": str(d1)})
+    second = app.submit("t.echo", {"value": 2})
+    third = app.submit("t.echo", {"value": 3})
+    with runner_cls(app, workers=1, backlog=1) as runner:
+        f1 = runner.submit(first)
+        wait_for(lambda: started(d1))
+        f2 = runner.submit(second)
+        with pytest.raises(QueueFull, match="queue is full"):
+            runner.submit(third)
+        assert app.query(third).state is State.QUEUED
+        out2 = runner.cancel(f2)
+        assert (out2.future_cancelled, out2.request_accepted) == (True, True)
+        assert app.query(second).state is State.CANCELLED
+        out1 = runner.cancel(f1)
+        assert (out1.future_cancelled, out1.request_accepted) == (False, True)
+        assert app.query(first).state is State.CANCEL_REQUESTED
+        time.sleep(0.1)
+        assert not f1.done()
+        release(d1)
+        f1.result(timeout=10)
+        assert app.query(first).state is State.CANCELLED and app.query(first).result is None
+        assert runner.submit(third).result(timeout=10).state is State.SUCCEEDED
+
+
+def test_shutdown_cancels_unstarted_and_waits_for_running(app, runner_cls, tmp_path):
+    first = app.submit("t.file_hold", {"dir": str(tmp_path)})
+    second = app.submit("t.echo", {"value": 2})
+    runner = runner_cls(app, workers=1, backlog=1).__enter__()
+    f1 = runner.submit(first)
+    wait_for(lambda: started(tmp_path))
+    f2 = runner.submit(second)
+    import threading
+
+    closer = threading.Thread(target=runner.__exit__, args=(None, None, None))
+    closer.start()
+    wait_for(f2.cancelled)
+    wait_for(lambda: app.query(second).state is State.CANCELLED)
+    assert app.query(second).cancel_reason.value == "shutdown"
+    assert not f1.done() and closer.is_alive()
+    release(tmp_path)
+    closer.join(15)
+    assert not closer.is_alive()
+    assert app.query(first).state is State.SUCCEEDED
+
+
+# ---- process runner --------------------------------------------------------------------
+
+
+def test_process_cooperative_cancel_at_next_checkpoint(app, tmp_path):
+    tid = app.submit("t.file_hold_checkpoint", {"dir": str(tmp_path)})
+    with ProcessTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(tmp_path))
+        assert app.cancel(tid).request_accepted
+        snap = fut.result(timeout=10)
+        assert runner.terminated == 0
+    assert snap.state is State.CANCELLED and snap.cancel_reason.value == "user"
+
+
+def test_process_that_never_checkpoints_is_terminated_and_replaced(store_url, tmp_path):
+    app = make_app(store_url, process_grace=0.5)
+    spin_dir = tmp_path / "spin"
+    spin_dir.mkdir()
+    tid = app.submit("t.spin", {"dir": str(spin_dir)})
+    other = app.submit("t.echo", {"value": "still serving"})
+    with ProcessTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(spin_dir))
+        app.cancel(tid)
+        snap = fut.result(timeout=15)
+        assert snap.state is State.FAILED and snap.error.code == "terminated"
+        assert runner.terminated == 1
+        assert runner.submit(other).result(timeout=15).result == "still serving"
+    app.close()
+
+
+def test_process_child_sigkilled_from_outside_is_resolved_honestly(app, tmp_path):
+    tid = app.submit("t.pid", {"dir": str(tmp_path)})
+    after = app.submit("t.echo", {"value": 1})
+    with ProcessTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text()))
+        os.kill(pid, signal.SIGKILL)
+        snap = fut.result(timeout=15)
+        assert snap.state is State.FAILED and snap.error.code == "outcome_unknown"
+        assert runner.submit(after).result(timeout=15).state is State.SUCCEEDED
+
+
+def test_process_runner_heartbeats_while_the_child_runs(store_url, tmp_path):
+    app = make_app(store_url, lease=1.0)
+    tid = app.submit("t.file_hold", {"dir": str(tmp_path)})
+    with ProcessTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(tmp_path))
+        time.sleep(2.5)  # longer than the lease: only heartbeats keep it
+        release(tmp_path)
+        assert fut.result(timeout=10).state is State.SUCCEEDED
+    assert app.store.counters()["expired_leases"] == 0
+    app.close()
+
+
+def test_process_runner_in_a_worker(app):
+    ids = [app.submit("wordfreq", {"text": f"w{i} x"}) for i in range(6)]
+    with app.worker(runner="process", concurrency=2):
+        wait_for(lambda: all(app.query(t).state is State.SUCCEEDED for t in ids), timeout=30)
+
+
+# ---- asyncio runner --------------------------------------------------------------------
+
+
+def test_async_cancel_ends_cancelled_not_failed(app, tmp_path):
+    tid = app.submit("t.async_swallow", {"dir": str(tmp_path)})
+    with AsyncTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(tmp_path))
+        assert runner.cancel(fut).request_accepted
+        snap = fut.result(timeout=10)
+        assert runner.max_loop_lag < 0.25
+    assert snap.state is State.CANCELLED and snap.error is None
+
+
+def test_async_cancel_closes_the_upstream_generator_first(app, tmp_path):
+    tid = app.submit("t.async_upstream", {"dir": str(tmp_path)})
+    with AsyncTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(tmp_path))
+        app.cancel(tid)
+        snap = fut.result(timeout=10)
+        # the terminal state is committed after the task's frames unwound: by then the
+        # upstream's finally has run (aclosing), not at some later garbage collection
+        assert (tmp_path / "log").read_text() == "upstream closed\n"
+        assert runner.max_loop_lag < 0.25
+    assert snap.state is State.CANCELLED
+    assert "".join(e.data["text"] for e in app.events(tid) if e.type == "chunk") == "first chunk"
+
+
+def test_async_terminal_write_past_its_deadline_leaves_the_task_recoverable(store_url, tmp_path):
+    app = make_app(store_url, lease=1.0, finalization=0.3)
+    tid = app.submit("t.async_sleep", {"dir": str(tmp_path)})
+    with AsyncTaskRunner(app, workers=1) as runner:
+        fut = runner.submit(tid)
+        wait_for(lambda: started(tmp_path))
+        app.store.faults.arm("finish", delay=1.0)  # the write hangs, then fails
+        app.cancel(tid)
+        t0 = time.monotonic()
+        snap = fut.result(timeout=10)
+        assert time.monotonic() - t0 < 0.9  # bounded by the finalization deadline
+    assert snap.state is State.CANCEL_REQUESTED  # no fake state
+    time.sleep(1.3)  # heartbeats stopped: the lease runs out
+    app.store.expire(app.settings.backoff)
+    final = app.query(tid)
+    assert final.state is State.FAILED and final.error.code == "outcome_unknown"
+    assert app.store.counters()["terminal_write_failures"] >= 1
+    app.close()
+
+
+def test_async_tasks_run_on_the_async_runner_in_a_worker(app):
+    ids = [app.submit("t.async_echo", {"value": i}) for i in range(5)]
+    with app.worker(runner="async", concurrency=3):
+        wait_for(lambda: all(app.query(t).state is State.SUCCEEDED for t in ids))
+    assert [app.query(t).result for t in ids] == list(range(5))
+
+
+def test_async_task_runs_through_app_run_too(app):
+    snap = app.run(app.submit("t.async_echo", {"value": "x"}))
+    assert snap.state is State.SUCCEEDED and snap.result == "x"
+
+
+def test_settings_grace_defaults():
+    assert Settings().process_grace == 5.0 and Settings().finalization == 5.0
