@@ -293,3 +293,42 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@cli.command()
+def demo(
+    db: Db = DEFAULT_DB, app: AppSpec = None, tasks: Annotated[int, typer.Option(min=1)] = 4,
+    words: Annotated[int, typer.Option(min=1)] = 400_000, runner: Runner = "thread",
+) -> None:
+    """Run an embedded worker, submit wordfreq tasks and show their live progress."""
+    import random
+
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    vocab = [f"w{i}" for i in range(2000)]
+    rnd = random.Random(7)
+    with _app(db, app) as a, a.worker(runner=runner, concurrency=2):
+        ids = [a.submit("wordfreq", {"text": " ".join(rnd.choices(vocab, k=words))})
+               for _ in range(tasks)]
+        with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                      TextColumn("{task.fields[state]}"), console=out) as progress:
+            bars = {t: progress.add_task(t, total=1, state="queued") for t in ids}
+            seen = dict.fromkeys(ids, 0)
+            while True:
+                token = a.store.change_token()
+                done = 0
+                for t in ids:
+                    for ev in a.events(t, seen[t]):
+                        seen[t] = ev.seq
+                        if ev.type == "progress":
+                            progress.update(bars[t], completed=ev.data["done"],
+                                            total=ev.data["total"])
+                    snap = a.query(t)
+                    progress.update(bars[t], state=snap.state.value)
+                    done += snap.terminal
+                if done == len(ids):
+                    break
+                a.store.wait_change(token, 0.2)
+        for t in ids:
+            top = a.query(t).result["top"][:3]
+            out.print(f"{t}: top words {top}", highlight=False)
