@@ -278,3 +278,18 @@ async def async_swallow(ctx: Any, dir: str) -> str:
 async def async_echo(ctx: Any, value: Any = None) -> Any:
     await ctx.emit({"echo": value})
     return value
+
+
+@app.task(name="t.mark", retry_safe=True, max_attempts=50)
+def mark(ctx: Any, n: int) -> int:
+    """A short retry-safe task: an event, a few ms of work, its attempt as the result."""
+    ctx.emit({"n": n, "attempt": ctx.attempt})
+    time.sleep(0.002)
+    return int(ctx.attempt)
+
+
+@app.task(name="t.mark_unsafe", max_attempts=50)
+def mark_unsafe(ctx: Any, n: int) -> int:
+    ctx.emit({"n": n, "attempt": ctx.attempt})
+    time.sleep(0.002)
+    return int(ctx.attempt)

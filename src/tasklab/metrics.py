@@ -1,0 +1,56 @@
+"""Prometheus metrics, read from the store at scrape time so that every process
+reports the same recovery-health figures (the counters live in the store)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+
+
+class StoreCollector(Collector):
+    def __init__(self, app: TaskApp, webhooks: list[str] | None = None) -> None:
+        self.app = app
+        self.webhooks = webhooks or []
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        counts = self.app.store.counts()
+        by_state = GaugeMetricFamily("tasklab_tasks", "Tasks by state.", labels=["state"])
+        for state, n in counts.items():
+            by_state.add_metric([state], n)
+        yield by_state
+        yield GaugeMetricFamily("tasklab_queue_depth", "Queued tasks.", value=counts["queued"])
+        for name, value in self.app.store.counters().items():
+            yield CounterMetricFamily(f"tasklab_{name}", f"Store counter {name}.",
+                                      value=value)
+        lag = GaugeMetricFamily("tasklab_notification_lag_seconds",
+                                "Age of the oldest undelivered notification.",
+                                labels=["url"])
+        for url in self.webhooks:
+            lag.add_metric([url], self.app.store.notification_lag(url))
+        yield lag
+
+
+class Metrics:
+    """One registry per app: store-backed collectors plus this process's own figures."""
+
+    def __init__(self, app: TaskApp, webhooks: list[str] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(StoreCollector(app, webhooks))
+        self.task_duration = Histogram(
+            "tasklab_task_duration_seconds", "Execution time of attempts run here.",
+            ["task", "state"], registry=self.registry)
+        self.cancelled_handlers = Counter(
+            "tasklab_cancelled_server_handlers", "Server handlers cancelled at shutdown.",
+            ["server"], registry=self.registry)
+        self.sse_streams = Gauge("tasklab_sse_streams", "Open SSE streams.",
+                                 registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

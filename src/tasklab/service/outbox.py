@@ -1,0 +1,97 @@
+"""The outbox dispatcher: delivers terminal notifications to webhooks, at least once.
+
+The notification row was inserted in the terminal transaction, so it exists exactly
+when the terminal state does (never for a write that lost its authority). Delivery is a
+POST of `{event_id, task: snapshot}` with the header `Tasklab-Event-Id`; a 2xx records
+the delivery, anything else is retried with backoff. If recording fails after a
+successful send, the next round sends again with the same event id: receivers dedupe
+by it. Every dispatcher delivers any pending notification, so several may run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from tasklab.core.policy import Backoff
+from tasklab.errors import TasklabError
+
+if TYPE_CHECKING:
+    from tasklab.app import TaskApp
+
+log = logging.getLogger("tasklab.outbox")
+
+
+class Dispatcher:
+    def __init__(self, app: TaskApp, urls: list[str], *, batch: int = 100,
+                 timeout: float = 5.0, backoff: Backoff | None = None) -> None:
+        self.app = app
+        self.urls = list(urls)
+        self.batch = batch
+        self.backoff = backoff or Backoff(base=1.0, cap=300.0)
+        self._client = httpx.Client(timeout=timeout)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Dispatcher:
+        self._thread = threading.Thread(target=self._loop, name="tasklab-outbox",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.app.store.wake()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._client.close()
+
+    def _loop(self) -> None:
+        store = self.app.store
+        while not self._stop.is_set():
+            token = store.change_token()
+            try:
+                sent = self.deliver_once()
+            except TasklabError as exc:
+                log.warning("outbox: %s", exc)
+                sent = 0
+            if not sent:
+                store.wait_change(token, 1.0)
+
+    def deliver_once(self) -> int:
+        """One round over every URL; returns how many sends were attempted."""
+        attempted = 0
+        for url in self.urls:
+            for item in self.app.store.outbox_pending(url, self.batch):
+                if self._stop.is_set():
+                    return attempted
+                attempted += 1
+                self._deliver(url, item)
+        return attempted
+
+    def _deliver(self, url: str, item: dict[str, Any]) -> None:
+        event_id = str(item["event_id"])
+        snapshot = self.app.store.get(str(item["task_id"]))
+        body = json.dumps({"event_id": event_id, "task": snapshot.to_json()})
+        error: str | None = None
+        try:
+            resp = self._client.post(url, content=body, headers={
+                "Content-Type": "application/json", "Tasklab-Event-Id": event_id})
+            if not 200 <= resp.status_code < 300:
+                error = f"HTTP {resp.status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        attempts = int(item.get("attempts") or 0) + 1
+        ok = error is None
+        delay = 0.0 if ok else self.backoff.delay(attempts)
+        try:
+            self.app.store.record_delivery(event_id, url, ok, delay, error)
+        except TasklabError as exc:
+            # Sent but not recorded: it will be sent again, with the same event id.
+            log.warning("outbox: delivery of %s to %s not recorded: %s", event_id, url, exc)
+            return
+        self.app.count("notifications_delivered" if ok else "delivery_failures")

@@ -1,0 +1,78 @@
+"""Four worker processes, 2,000 short tasks, random SIGKILLs (workers restarted by the
+test). Afterwards every task is terminal, with one notification, gapless events, and
+no attempt that wrote after a newer attempt began."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import defaultdict
+
+from tasklab import State
+from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
+from tests.conftest import make_app
+
+N = 2000
+WORKERS = 4
+
+
+def spawn(url: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*TASKLAB, "worker", "--db", url, "--lease", "1", "--concurrency", "4", *APP],
+        cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_random_sigkills_of_workers_leave_a_truthful_store(store_url):
+    app = make_app(store_url)
+    half = N // 2
+    ids = app.submit_many("t.mark", [{"n": i} for i in range(half)])
+    ids += app.submit_many("t.mark_unsafe", [{"n": i} for i in range(half, N)])
+    rnd = random.Random(2026)
+    workers = [spawn(store_url) for _ in range(WORKERS)]
+    kills = 0
+    deadline = time.monotonic() + 150
+    try:
+        chaos_until = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            counts = app.counts()
+            if counts["queued"] + counts["running"] + counts["cancel_requested"] == 0:
+                break
+            time.sleep(rnd.uniform(0.2, 0.5))
+            if time.monotonic() < chaos_until:
+                victim = rnd.randrange(WORKERS)
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait(10)
+                kills += 1
+                workers[victim] = spawn(store_url)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.wait(30) == 0
+    assert kills >= 5
+    counts = app.counts()
+    assert counts["queued"] == counts["running"] == counts["cancel_requested"] == 0, counts
+
+    store = app.store
+    by_state: dict[str, int] = defaultdict(int)
+    for tid in ids:
+        snap = store.get(tid)
+        by_state[snap.state.value] += 1
+        assert snap.terminal
+        assert store.outbox_for(tid) is not None
+        events = store.events(tid)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        attempts = [e.attempt for e in events]
+        assert attempts == sorted(attempts), "an older attempt wrote after a newer one"
+        if snap.state is State.SUCCEEDED:
+            assert snap.result == snap.attempt  # the result is the last attempt's
+            assert events[-1].attempt == snap.attempt
+        else:
+            assert snap.error.code == "outcome_unknown"
+            assert snap.task == "t.mark_unsafe" or snap.attempt == 50
+    assert by_state["succeeded"] >= half  # every retry-safe task got through
+    outbox_rows = sum(1 for t in ids if store.outbox_for(t))
+    assert outbox_rows == N
+    app.close()

@@ -1,0 +1,125 @@
+"""Outbox delivery to a real HTTP receiver on 127.0.0.1: at least once, with a stable
+event id, one delivery record per URL."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tasklab import State
+from tasklab.core.policy import Backoff
+from tasklab.service.outbox import Dispatcher
+from tests.conftest import wait_for
+
+
+class Receiver:
+    """Records every POST; answers with the configured status."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.posts: list[tuple[str, dict]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                receiver.posts.append((self.headers["Tasklab-Event-Id"], body))
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def logical(self) -> set[str]:
+        return {eid for eid, _ in self.posts}
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def test_each_terminal_task_is_delivered_with_its_event_id(app, receiver):
+    ids = [app.submit("t.echo", {"value": i}) for i in range(3)]
+    cancelled = app.submit("t.echo", {"value": "x"})
+    app.cancel(cancelled)
+    for t in ids:
+        app.run(t)
+    d = Dispatcher(app, [receiver.url]).start()
+    try:
+        wait_for(lambda: len(receiver.logical()) == 4)
+    finally:
+        d.stop()
+    for eid, body in receiver.posts:
+        assert body["event_id"] == eid
+        assert body["task"]["state"] in ("succeeded", "cancelled")
+        assert app.store.outbox_for(body["task"]["id"])["event_id"] == eid
+    assert app.store.counters()["notifications_delivered"] == 4
+    assert app.store.notification_lag(receiver.url) == 0.0
+
+
+def test_delivery_record_fails_after_send_resend_has_the_same_event_id(app, receiver):
+    """SPEC §6: the receiver sees the same event twice and one logical notification."""
+    tid = app.submit("t.echo", {"value": 1})
+    app.run(tid)
+    d = Dispatcher(app, [receiver.url])
+    app.store.faults.arm("delivery_record")
+    assert d.deliver_once() == 1  # sent; recording it failed
+    assert d.deliver_once() == 1  # so it is sent again
+    assert d.deliver_once() == 0  # recorded now: nothing pending
+    d.stop()
+    assert len(receiver.posts) == 2
+    assert receiver.posts[0][0] == receiver.posts[1][0]
+    assert len(receiver.logical()) == 1
+
+
+def test_failed_delivery_is_retried_with_backoff(app):
+    bad = Receiver(status=500)
+    try:
+        tid = app.submit("t.echo", {"value": 1})
+        app.run(tid)
+        d = Dispatcher(app, [bad.url], backoff=Backoff(base=0.2, jitter=0.0))
+        assert d.deliver_once() == 1
+        assert d.deliver_once() == 0  # not due yet
+        bad.status = 200
+        wait_for(lambda: d.deliver_once() == 1, interval=0.05)
+        assert d.deliver_once() == 0
+        d.stop()
+        assert [e for e, _ in bad.posts] == [bad.posts[0][0]] * 2
+        assert app.store.counters()["delivery_failures"] == 1
+    finally:
+        bad.close()
+
+
+def test_each_url_gets_its_own_delivery(app, receiver):
+    other = Receiver()
+    try:
+        app.run(app.submit("t.echo", {"value": 1}))
+        d = Dispatcher(app, [receiver.url, other.url])
+        assert d.deliver_once() == 2
+        assert d.deliver_once() == 0
+        d.stop()
+        assert receiver.logical() == other.logical()
+    finally:
+        other.close()
+
+
+def test_worker_with_webhooks_delivers(app, receiver):
+    with app.worker(concurrency=1, webhooks=[receiver.url]):
+        tid = app.submit("t.echo", {"value": 5})
+        wait_for(lambda: receiver.logical())
+    assert receiver.posts[0][1]["task"]["id"] == tid
+    assert receiver.posts[0][1]["task"]["state"] == State.SUCCEEDED.value
