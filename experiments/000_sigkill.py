@@ -35,8 +35,13 @@ def fresh_app(url: str) -> TaskApp:
 
 def run_and_kill(url: str, tid: str, hold: bool) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TASKLAB_TEST_HOLD="1" if hold else "0")
-    child = subprocess.Popen([sys.executable, "-m", "tests.helpers.sample_tasks", url, tid],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.helpers.sample_tasks", url, tid],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     with child:
         line = child.stdout.readline().strip()  # type: ignore[union-attr]
         print(f"  child {child.pid} said {line!r}; sending SIGKILL")
@@ -54,8 +59,7 @@ def main() -> None:
     print("A: SIGKILL inside a transactional run")
     with fresh_app(args.db) as app:
         tid = app.submit("t.tx_ready", {"marker": str(marker)})
-    print(f"  exit code {run_and_kill(args.db, tid, hold=True)}; "
-          f"finally ran: {marker.exists()}")
+    print(f"  exit code {run_and_kill(args.db, tid, hold=True)}; finally ran: {marker.exists()}")
     with fresh_app(args.db) as app:  # a new process would see the same
         print(f"  after restart: {app.query(tid).state}")
         os.environ["TASKLAB_TEST_HOLD"] = "0"
@@ -69,8 +73,10 @@ def main() -> None:
         print(f"  after restart: {app.query(tid).state}")
         print(f"  exclusive recovery resolved: {app.recover_running()}")
         snap = app.query(tid)
-        print(f"  now: {snap.state} / {snap.error.code if snap.error else None}: "
-              f"{snap.error.message if snap.error else ''}")
+        print(
+            f"  now: {snap.state} / {snap.error.code if snap.error else None}: "
+            f"{snap.error.message if snap.error else ''}"
+        )
 
 
 if __name__ == "__main__":

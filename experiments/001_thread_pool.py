@@ -54,11 +54,15 @@ def main() -> None:
         except QueueFull as exc:
             say(f"third refused: {type(exc).__name__}({exc}); state {app.query(third).state}")
         c2 = runner.cancel(f2)
-        say(f"cancel queued  -> future_cancelled={c2.future_cancelled} "
-            f"request_accepted={c2.request_accepted}; state {app.query(second).state}")
+        say(
+            f"cancel queued  -> future_cancelled={c2.future_cancelled} "
+            f"request_accepted={c2.request_accepted}; state {app.query(second).state}"
+        )
         c1 = runner.cancel(f1)
-        say(f"cancel running -> future_cancelled={c1.future_cancelled} "
-            f"request_accepted={c1.request_accepted}; state {app.query(first).state}")
+        say(
+            f"cancel running -> future_cancelled={c1.future_cancelled} "
+            f"request_accepted={c1.request_accepted}; state {app.query(first).state}"
+        )
         time.sleep(0.2)
         say(f"latch still closed: first done={f1.done()} state {app.query(first).state}")
         latch.set()

@@ -30,6 +30,7 @@ from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import Cancelled, InvalidPayload
 from tasklab.execution import Execution, result_outcome
+from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.store import Store, open_store
 from tasklab.tasks import stream_text as _stream_text
@@ -55,6 +56,7 @@ class TaskApp:
         self.db = db or os.environ.get("TASKLAB_DB") or DEFAULT_DB
         self.data_dir = data_dir if data_dir is not None else os.environ.get("TASKLAB_DATA_DIR")
         self._store: Store | None = store
+        self._finisher: Finisher | None = None
         self.registry = Registry()
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -82,6 +84,12 @@ class TaskApp:
         if self._store is None:
             self._store = open_store(self.db, **self._store_options())
         return self._store
+
+    @property
+    def finisher(self) -> Finisher:
+        if self._finisher is None:
+            self._finisher = Finisher(self.store)
+        return self._finisher
 
     def _store_options(self) -> dict[str, Any]:
         if self.db.startswith("sqlite:"):

@@ -192,7 +192,7 @@ class Execution:
                 return None
             events = self._take()
             try:
-                return self.store.finish(self.claim, outcome, events)
+                return self.app.finisher.finish(self.claim, outcome, events)
             except LeaseLost:
                 self._lose()
                 return None

@@ -27,11 +27,12 @@ class StoreCollector(Collector):
         yield by_state
         yield GaugeMetricFamily("tasklab_queue_depth", "Queued tasks.", value=counts["queued"])
         for name, value in self.app.store.counters().items():
-            yield CounterMetricFamily(f"tasklab_{name}", f"Store counter {name}.",
-                                      value=value)
-        lag = GaugeMetricFamily("tasklab_notification_lag_seconds",
-                                "Age of the oldest undelivered notification.",
-                                labels=["url"])
+            yield CounterMetricFamily(f"tasklab_{name}", f"Store counter {name}.", value=value)
+        lag = GaugeMetricFamily(
+            "tasklab_notification_lag_seconds",
+            "Age of the oldest undelivered notification.",
+            labels=["url"],
+        )
         for url in self.webhooks:
             lag.add_metric([url], self.app.store.notification_lag(url))
         yield lag
@@ -44,13 +45,18 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.registry.register(StoreCollector(app, webhooks))
         self.task_duration = Histogram(
-            "tasklab_task_duration_seconds", "Execution time of attempts run here.",
-            ["task", "state"], registry=self.registry)
+            "tasklab_task_duration_seconds",
+            "Execution time of attempts run here.",
+            ["task", "state"],
+            registry=self.registry,
+        )
         self.cancelled_handlers = Counter(
-            "tasklab_cancelled_server_handlers", "Server handlers cancelled at shutdown.",
-            ["server"], registry=self.registry)
-        self.sse_streams = Gauge("tasklab_sse_streams", "Open SSE streams.",
-                                 registry=self.registry)
+            "tasklab_cancelled_server_handlers",
+            "Server handlers cancelled at shutdown.",
+            ["server"],
+            registry=self.registry,
+        )
+        self.sse_streams = Gauge("tasklab_sse_streams", "Open SSE streams.", registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -21,7 +21,11 @@ WORKERS = 4
 def spawn(url: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [*TASKLAB, "worker", "--db", url, "--lease", "1", "--concurrency", "4", *APP],
-        cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def test_random_sigkills_of_workers_leave_a_truthful_store(store_url):

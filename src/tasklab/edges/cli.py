@@ -291,14 +291,49 @@ def main() -> None:
         sys.exit(130)
 
 
+bench = typer.Typer(help="Benchmarks: numbers with their conditions.", no_args_is_help=True)
+cli.add_typer(bench, name="bench")
+
+
+@bench.command("queue")
+def bench_queue(
+    db: Db = DEFAULT_DB,
+    n: Annotated[int, typer.Option("--n", min=100)] = 5000,
+    durability: Annotated[str, typer.Option("--durability")] = "full",
+    concurrency: Annotated[list[int] | None, typer.Option("--concurrency")] = None,
+    samples: Annotated[int, typer.Option("--latency-samples", min=10)] = 300,
+    as_json: AsJson = False,
+) -> None:
+    """Enqueue one by one and in batches, drain, enqueue→start latency."""
+    from tasklab.bench import queue
+
+    report = _guard(lambda: queue.run(db, n, durability, concurrency or [1, 64], samples))
+    if as_json:
+        out.print_json(json.dumps(report.to_json()))
+        return
+    table = Table("figure", "value", title=f"tasklab bench queue — {report.db}, N={report.n}")
+    table.add_row("single commit (store)", f"{report.single_commit_per_s:,}/s")
+    table.add_row("enqueue one at a time", f"{report.enqueue_one_per_s:,}/s")
+    table.add_row("enqueue submit_many", f"{report.enqueue_batch_per_s:,}/s")
+    for c, rate in report.drain_per_s.items():
+        table.add_row(f"drain, concurrency {c}", f"{rate:,}/s")
+    lat = report.latency_ms
+    table.add_row("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms")
+    out.print(table)
+    out.print(json.dumps(report.conditions), highlight=False)
+
+
 if __name__ == "__main__":
     main()
 
 
 @cli.command()
 def demo(
-    db: Db = DEFAULT_DB, app: AppSpec = None, tasks: Annotated[int, typer.Option(min=1)] = 4,
-    words: Annotated[int, typer.Option(min=1)] = 400_000, runner: Runner = "thread",
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    tasks: Annotated[int, typer.Option(min=1)] = 4,
+    words: Annotated[int, typer.Option(min=1)] = 400_000,
+    runner: Runner = "thread",
 ) -> None:
     """Run an embedded worker, submit wordfreq tasks and show their live progress."""
     import random
@@ -308,10 +343,17 @@ def demo(
     vocab = [f"w{i}" for i in range(2000)]
     rnd = random.Random(7)
     with _app(db, app) as a, a.worker(runner=runner, concurrency=2):
-        ids = [a.submit("wordfreq", {"text": " ".join(rnd.choices(vocab, k=words))})
-               for _ in range(tasks)]
-        with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                      TextColumn("{task.fields[state]}"), console=out) as progress:
+        ids = [
+            a.submit("wordfreq", {"text": " ".join(rnd.choices(vocab, k=words))})
+            for _ in range(tasks)
+        ]
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[state]}"),
+            console=out,
+        ) as progress:
             bars = {t: progress.add_task(t, total=1, state="queued") for t in ids}
             seen = dict.fromkeys(ids, 0)
             while True:
@@ -321,8 +363,9 @@ def demo(
                     for ev in a.events(t, seen[t]):
                         seen[t] = ev.seq
                         if ev.type == "progress":
-                            progress.update(bars[t], completed=ev.data["done"],
-                                            total=ev.data["total"])
+                            progress.update(
+                                bars[t], completed=ev.data["done"], total=ev.data["total"]
+                            )
                     snap = a.query(t)
                     progress.update(bars[t], state=snap.state.value)
                     done += snap.terminal

@@ -86,6 +86,7 @@ class BaseRunner:
         with self._lock:
             work = self._work.pop(fut, None)
         self._slots.release()
+        self.app.store.wake()  # a free slot: a waiting claim loop may claim now
         if work is None or not fut.cancelled():
             return
         if isinstance(work, Claim):

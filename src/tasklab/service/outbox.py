@@ -27,8 +27,15 @@ log = logging.getLogger("tasklab.outbox")
 
 
 class Dispatcher:
-    def __init__(self, app: TaskApp, urls: list[str], *, batch: int = 100,
-                 timeout: float = 5.0, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        app: TaskApp,
+        urls: list[str],
+        *,
+        batch: int = 100,
+        timeout: float = 5.0,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.app = app
         self.urls = list(urls)
         self.batch = batch
@@ -38,8 +45,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Dispatcher:
-        self._thread = threading.Thread(target=self._loop, name="tasklab-outbox",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="tasklab-outbox", daemon=True)
         self._thread.start()
         return self
 
@@ -79,8 +85,11 @@ class Dispatcher:
         body = json.dumps({"event_id": event_id, "task": snapshot.to_json()})
         error: str | None = None
         try:
-            resp = self._client.post(url, content=body, headers={
-                "Content-Type": "application/json", "Tasklab-Event-Id": event_id})
+            resp = self._client.post(
+                url,
+                content=body,
+                headers={"Content-Type": "application/json", "Tasklab-Event-Id": event_id},
+            )
             if not 200 <= resp.status_code < 300:
                 error = f"HTTP {resp.status_code}"
         except httpx.HTTPError as exc:

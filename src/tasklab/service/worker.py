@@ -117,28 +117,27 @@ class Worker:
         next_reap = 0.0
         while not self._stop.is_set():
             token = store.change_token()
+            free = self.runner.free_slots
             try:
-                got = self._claim_some()
+                got = self._claim_some(free)
                 now = time.monotonic()
                 if now >= next_reap:
                     store.expire(settings.backoff)
                     next_reap = now + settings.reap_every
+                if got == 0 and not self._stop.is_set():
+                    # Full: a finishing task wakes us. Empty: a commit wakes us, or the
+                    # earliest delayed task becoming runnable, or the next reap.
+                    wait = max(0.0, next_reap - now)
+                    if free > 0:
+                        delayed = store.seconds_until_runnable(self.leased_names + self.tx_names)
+                        if delayed is not None:
+                            wait = min(wait, delayed)
+                    store.wait_change(token, min(wait, 1.0))
             except TasklabError as exc:
                 log.warning("worker loop: %s", exc)
-                got = 0
                 self._stop.wait(0.2)
-            if got == 0 and not self._stop.is_set():
-                store.wait_change(token, self._idle_wait(next_reap))
 
-    def _idle_wait(self, next_reap: float) -> float:
-        wait = max(0.0, next_reap - time.monotonic())
-        delayed = self.app.store.seconds_until_runnable(self.leased_names + self.tx_names)
-        if delayed is not None:
-            wait = min(wait, delayed)
-        return min(wait, 1.0)
-
-    def _claim_some(self) -> int:
-        free = self.runner.free_slots
+    def _claim_some(self, free: int) -> int:
         if free <= 0:
             return 0
         claims = self.app.store.claim(

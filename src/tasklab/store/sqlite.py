@@ -29,6 +29,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIGRATIONS = ["schema_1"]
 
 
+_write_locks: dict[str, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _process_write_lock(path: Path) -> threading.Lock:
+    key = str(path.resolve())
+    with _write_locks_guard:
+        return _write_locks.setdefault(key, threading.Lock())
+
+
 class SQLiteStore(SqlStore):
     integrity_errors = (sqlite3.IntegrityError,)
 
@@ -105,7 +115,10 @@ class SQLiteStore(SqlStore):
     def _write(self) -> Iterator[sqlite3.Connection]:
         # BEGIN IMMEDIATE: a deferred read-then-write transaction can fail with
         # SQLITE_BUSY at its first write instead of waiting for the lock.
-        with self._conn() as conn:
+        # The in-process lock first: SQLite's busy handler backs off by sleeping (1, 2,
+        # 5, 10 … ms), so writers of one process queue on a Python lock instead, and
+        # only writers of other processes meet the busy handler.
+        with _process_write_lock(self.path), self._conn() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn

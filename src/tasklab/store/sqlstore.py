@@ -146,20 +146,16 @@ class SqlStore:
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
-        out: list[tuple[str, bool]] = []
         with self._write() as conn:
-            for item in items:
-                out.append(self._insert(conn, item))
-            rows = {tid: self._one(conn, "get_task", id=tid) for tid, _ in out}
-        return [(self._snapshot(rows[tid]), created) for tid, created in out]
+            rows = [self._insert(conn, item) for item in items]
+        return [(self._snapshot(row), created) for row, created in rows]
 
-    def _insert(self, conn: Any, item: NewTask) -> tuple[str, bool]:
+    def _insert(self, conn: Any, item: NewTask) -> tuple[Row, bool]:
         payload = dumps(item.payload)
-        tid = new_task_id()
-        inserted = self._x(
+        row = self._one(
             conn,
             "insert_task",
-            id=tid,
+            id=new_task_id(),
             task=item.task,
             payload=payload,
             max_attempts=item.max_attempts,
@@ -167,22 +163,22 @@ class SqlStore:
             request_bound=item.request_bound,
             timeout=item.timeout,
             idempotency_key=item.idempotency_key,
-        ).rowcount
-        if inserted:
-            return tid, True
+        )
+        if row is not None:
+            return row, True
         # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
         # concurrent submit, which this statement waited for).
         existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-        return self._existing(existing, item, payload), False
+        self._existing(existing, item, payload)
+        return existing, False
 
     @staticmethod
-    def _existing(row: Row, item: NewTask, payload: str) -> str:
+    def _existing(row: Row, item: NewTask, payload: str) -> None:
         if row["task"] != item.task or json.loads(row["payload"]) != json.loads(payload):
             raise IdempotencyConflict(
                 f"idempotency key {item.idempotency_key!r} belongs to task {row['id']} "
                 "with a different task name or payload"
             )
-        return str(row["id"])
 
     def get(self, task_id: str) -> TaskSnapshot:
         with self._read() as conn:
@@ -292,12 +288,16 @@ class SqlStore:
         return State(row["state"]) if row else None
 
     def _fenced(self, conn: Any, claim: Claim, events: list[PendingEvent]) -> Row:
+        row = self._fence(conn, claim, events)
+        if row is None:
+            raise _lost(claim)
+        return row
+
+    def _fence(self, conn: Any, claim: Claim, events: list[PendingEvent]) -> Row | None:
+        """The fencing check plus the claim's pending events; None: authority lost."""
         row = self._one(conn, "fence", id=claim.task_id, epoch=claim.epoch, n=len(events))
         if row is None:
-            raise LeaseLost(
-                f"task {claim.task_id} epoch {claim.epoch}: the claim no longer holds "
-                "(reassigned, expired or no longer live)"
-            )
+            return None
         first = int(row["event_seq"]) - len(events) + 1
         for i, (etype, data) in enumerate(events):
             self._x(
@@ -320,12 +320,29 @@ class SqlStore:
     def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
         """Flush the last events and commit the outcome, fenced, in one transaction; a
         terminal state inserts its outbox row in the same transaction."""
+        result = self.finish_many([(claim, outcome, events)])[0]
+        if isinstance(result, LeaseLost):
+            raise result
+        return result
+
+    def finish_many(
+        self, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
+    ) -> list[State | LeaseLost]:
+        """Several terminal writes in one transaction (group commit). Each is fenced on
+        its own: one that lost its authority writes nothing and answers LeaseLost."""
+        results: list[State | LeaseLost] = []
         with self._write() as conn:
-            row = self._fenced(conn, claim, events)
-            settled = settle(State(row["state"]), outcome)
-            self._apply(conn, claim.task_id, claim.epoch, State(row["state"]), settled, "finish")
+            for claim, outcome, events in items:
+                row = self._fence(conn, claim, events)
+                if row is None:
+                    results.append(_lost(claim))
+                    continue
+                current = State(row["state"])
+                settled = settle(current, outcome)
+                self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
+                results.append(settled.state)
             self.faults.check("finish")
-        return settled.state
+        return results
 
     def _apply(
         self,
@@ -527,3 +544,10 @@ class _TxPort:
         """After rolling back the body, write its events again: progress is kept."""
         if self._written:
             self._store._fenced(self.connection, self._claim, self._written)
+
+
+def _lost(claim: Claim) -> LeaseLost:
+    return LeaseLost(
+        f"task {claim.task_id} epoch {claim.epoch}: the claim no longer holds "
+        "(reassigned, expired or no longer live)"
+    )

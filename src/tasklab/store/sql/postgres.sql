@@ -117,7 +117,8 @@ INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_b
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
         clock_timestamp(), clock_timestamp())
-ON CONFLICT (idempotency_key) DO NOTHING;
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *;
 
 -- name: task_by_key
 -- The task holding an idempotency key.

@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     started_at      REAL,
     finished_at     REAL
 );
-CREATE INDEX IF NOT EXISTS tasks_claimable ON tasks (run_after) WHERE state = 'queued';
+CREATE INDEX IF NOT EXISTS tasks_claimable ON tasks (run_after, id) WHERE state = 'queued';
 CREATE INDEX IF NOT EXISTS tasks_live ON tasks (lease_until)
     WHERE state IN ('running', 'cancel_requested');
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state, id);
@@ -94,7 +94,8 @@ INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_b
                    timeout, idempotency_key, run_after, created_at)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         :timeout, :idempotency_key, julianday('now'), julianday('now'))
-ON CONFLICT (idempotency_key) DO NOTHING;
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *;
 
 -- name: task_by_key
 -- The task holding an idempotency key.
@@ -134,7 +135,9 @@ UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
     started_at = julianday('now'), error_code = NULL, error_message = NULL
 WHERE id IN (
-    SELECT id FROM tasks
+    -- walk the claimable index in order and stop at :limit (the planner would rather
+    -- read every queued row through tasks_by_state and sort them)
+    SELECT id FROM tasks INDEXED BY tasks_claimable
     WHERE state = 'queued' AND run_after <= julianday('now')
       AND task IN (SELECT value FROM json_each(:names))
     ORDER BY run_after, id LIMIT :limit)
@@ -150,14 +153,14 @@ RETURNING id, task, payload, epoch, attempt, max_attempts;
 
 -- name: queued_ids
 -- Runnable task ids of the given names, oldest first (a hint; claiming decides).
-SELECT id FROM tasks
+SELECT id FROM tasks INDEXED BY tasks_claimable
 WHERE state = 'queued' AND run_after <= julianday('now')
   AND task IN (SELECT value FROM json_each(:names))
 ORDER BY run_after, id LIMIT :limit;
 
 -- name: next_run_after
 -- Seconds until the earliest delayed task of the given names becomes runnable.
-SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks
+SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks INDEXED BY tasks_claimable
 WHERE state = 'queued' AND task IN (SELECT value FROM json_each(:names));
 
 -- name: fence

@@ -1,0 +1,1 @@
+"""Benchmarks (`tasklab bench …`): numbers with their conditions, never timed tests."""

@@ -1,0 +1,169 @@
+"""`tasklab bench queue`: enqueue and drain rates and enqueue→start latency.
+
+Method (the issue's, for comparison with peers measured the same way): N no-op tasks;
+enqueue one at a time and with `submit_many`; drain with one worker at concurrency 1
+and at its best concurrency, drain = N / (last end − first start) from the store's own
+timestamps; latency = the enqueue call → the task function's first line, with an idle
+worker in another process, one task at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tasklab.app import TaskApp
+from tasklab.bench.tasks import app as bench_tasks
+from tasklab.config import Settings
+
+
+@dataclass
+class QueueReport:
+    db: str
+    n: int
+    durability: str
+    conditions: dict[str, Any] = field(default_factory=dict)
+    single_commit_per_s: float = 0.0
+    enqueue_one_per_s: float = 0.0
+    enqueue_batch_per_s: float = 0.0
+    drain_per_s: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _app(db: str, durability: str) -> TaskApp:
+    app = TaskApp(db, settings=Settings(durability=durability))
+    for t in bench_tasks.registry.all():
+        app.registry.add(t)
+    return app
+
+
+def _reset(app: TaskApp) -> None:
+    """Benchmarks need an empty store: recover anything left, then check."""
+    counts = app.counts()
+    if counts["queued"] or counts["running"]:
+        raise SystemExit(f"bench needs an empty store, {app.db} has {counts}")
+
+
+def single_commit_rate(app: TaskApp, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        app.store.bump("bench_commit_probe")
+    return n / (time.perf_counter() - t0)
+
+
+def enqueue_rates(app: TaskApp, n: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        app.submit("bench.noop", {})
+    one = n / (time.perf_counter() - t0)
+    batch = 1000
+    t0 = time.perf_counter()
+    for start in range(0, n, batch):
+        app.submit_many("bench.noop", [{}] * min(batch, n - start))
+    many = n / (time.perf_counter() - t0)
+    return one, many
+
+
+def drain_rate(app: TaskApp, n: int, concurrency: int, batch: int = 1000) -> float:
+    ids: list[str] = []
+    for start in range(0, n, batch):
+        ids += app.submit_many("bench.noop", [{}] * min(batch, n - start))
+    with app.worker(concurrency=concurrency):
+        # poll gently: the drain figure comes from the store's timestamps, and the
+        # observer must not compete with the worker for the GIL and the database
+        while app.query(ids[-1]).state.value == "queued" or not _all_done(app, ids):
+            time.sleep(0.05)
+    first_start = min(app.query(i).started_at for i in ids[:50])  # type: ignore[type-var]
+    last_end = max(app.query(i).finished_at for i in ids[-50:])  # type: ignore[type-var]
+    return n / (last_end - first_start).total_seconds()  # type: ignore[operator]
+
+
+def _all_done(app: TaskApp, ids: list[str]) -> bool:
+    counts = app.counts()
+    return counts["queued"] + counts["running"] == 0
+
+
+def latency(app: TaskApp, samples: int) -> dict[str, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tasklab.edges.cli",
+            "worker",
+            "--db",
+            app.db,
+            "--app",
+            "tasklab.bench.tasks:app",
+            "--concurrency",
+            "1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "ready" in worker.stderr.readline()  # type: ignore[union-attr]
+        time.sleep(0.3)
+        lat: list[float] = []
+        for _ in range(samples):
+            t0 = time.time()
+            tid = app.submit("bench.stamp", {})
+            token = app.store.change_token()
+            while not (snap := app.query(tid)).terminal:
+                token = app.store.wait_change(token, 1.0)
+            lat.append((snap.result - t0) * 1000)
+            time.sleep(0.005)  # the worker is idle again before the next one
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+        if worker.stderr:
+            worker.stderr.close()
+    lat.sort()
+    q = statistics.quantiles(lat, n=100)
+    return {"p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2)}
+
+
+def run(
+    db: str, n: int, durability: str, concurrencies: list[int], latency_samples: int
+) -> QueueReport:
+    app = _app(db, durability)
+    _reset(app)
+    report = QueueReport(
+        db=db.split("@")[-1],
+        n=n,
+        durability=durability,
+        conditions={
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version(),
+            "worker": "one process, thread runner",
+            "sqlite_synchronous": durability.upper() if db.startswith("sqlite") else None,
+        },
+    )
+    report.single_commit_per_s = round(single_commit_rate(app, min(n, 2000)))
+    one, many = enqueue_rates(app, n)
+    report.enqueue_one_per_s, report.enqueue_batch_per_s = round(one), round(many)
+    # drain the 2n tasks just enqueued first, so that every drain starts from empty
+    _drain_all(app)
+    for c in concurrencies:
+        report.drain_per_s[str(c)] = round(drain_rate(app, n, c))
+    report.latency_ms = latency(app, latency_samples)
+    app.close()
+    return report
+
+
+def _drain_all(app: TaskApp) -> None:
+    with app.worker(concurrency=32):
+        while not _all_done(app, []):
+            time.sleep(0.05)
