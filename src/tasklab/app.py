@@ -132,7 +132,7 @@ class TaskApp:
         return register
 
     # ---- submitting and reading ----------------------------------------------------
-    def _new(
+    def prepare(
         self,
         task: str,
         payload: object,
@@ -180,12 +180,12 @@ class TaskApp:
         request_bound: bool = False,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
-        item = self._new(task, payload, idempotency_key, max_attempts, request_bound)
+        item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound)
         return self.store.submit([item])[0]
 
     def submit_many(self, task: str, payloads: Iterable[object]) -> list[str]:
         """Queue many tasks of one name in one transaction (all or none)."""
-        items = [self._new(task, p, None, None) for p in payloads]
+        items = [self.prepare(task, p, None, None) for p in payloads]
         return [snap.id for snap, _ in self.store.submit(items)]
 
     def query(self, task_id: str) -> TaskSnapshot:

@@ -180,6 +180,19 @@ class SqlStore:
                 "with a different task name or payload"
             )
 
+    def submit_and_claim(
+        self, item: NewTask, owner: str, lease: float
+    ) -> tuple[TaskSnapshot, bool, Claim | None]:
+        """A request-bound task: created and claimed by its request in one transaction,
+        so that no worker can take it in between (workers never claim such tasks)."""
+        with self._write() as conn:
+            row, created = self._insert(conn, item)
+            claimed = self._one(conn, "claim_id", id=row["id"], owner=owner, lease=lease)
+            if claimed is not None:
+                row = self._one(conn, "get_task", id=row["id"])
+        claim = self._claim(claimed, owner) if claimed is not None else None
+        return self._snapshot(row), created, claim
+
     def get(self, task_id: str) -> TaskSnapshot:
         with self._read() as conn:
             row = self._one(conn, "get_task", id=task_id)

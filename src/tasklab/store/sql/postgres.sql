@@ -159,6 +159,7 @@ WHERE id = :id AND state = 'running';
 WITH picked AS (
     SELECT id FROM tasks
     WHERE state = 'queued' AND run_after <= clock_timestamp() AND task = ANY(:names)
+      AND NOT request_bound
     ORDER BY run_after, id LIMIT :limit
     FOR UPDATE SKIP LOCKED)
 UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,

@@ -138,7 +138,7 @@ WHERE id IN (
     -- walk the claimable index in order and stop at :limit (the planner would rather
     -- read every queued row through tasks_by_state and sort them)
     SELECT id FROM tasks INDEXED BY tasks_claimable
-    WHERE state = 'queued' AND run_after <= julianday('now')
+    WHERE state = 'queued' AND run_after <= julianday('now') AND NOT request_bound
       AND task IN (SELECT value FROM json_each(:names))
     ORDER BY run_after, id LIMIT :limit)
 RETURNING id, task, payload, epoch, attempt, max_attempts;

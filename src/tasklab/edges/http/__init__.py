@@ -1,0 +1,1 @@
+"""The HTTP API, SSE streams and the dashboard's endpoints."""

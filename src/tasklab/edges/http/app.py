@@ -1,0 +1,266 @@
+"""The HTTP API of SPEC §4 (FastAPI for routing and OpenAPI; bodies parsed by hand so
+that size limits, JSON errors and payload validation answer in one error shape)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tasklab.app import TaskApp
+from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
+from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
+from tasklab.errors import TasklabError
+from tasklab.metrics import Metrics
+
+MAX_BODY = 1024 * 1024 + 4096  # a 1 MiB payload plus the envelope
+
+
+class SubmitBody(BaseModel):
+    """`POST /tasks` and `POST /tasks/stream`."""
+
+    task: str
+    payload: dict[str, Any] = {}
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+
+
+class LoginBody(BaseModel):
+    token: str
+
+
+@dataclass
+class ServerState:
+    """Everything the handlers share; one per server process."""
+
+    app: TaskApp
+    token: str | None = None
+    max_streams: int = 1000
+    sse_heartbeat: float = 15.0
+    webhooks: list[str] = field(default_factory=list)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(32))
+    bound_tasks: dict[asyncio.Task[Any], str] = field(default_factory=dict)
+    metrics: Metrics | None = None
+    hub: Any = None
+    streams: StreamLimiter = field(default_factory=lambda: StreamLimiter(1000))
+
+    async def db(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Every sync database call from async code: in a thread, with a bound."""
+        return await anyio.to_thread.run_sync(lambda: fn(*args), limiter=self.limiter)
+
+    def session_value(self) -> str:
+        assert self.token is not None
+        return hashlib.sha256(b"tasklab-session:" + self.token.encode()).hexdigest()
+
+
+def create_app(state: ServerState) -> FastAPI:
+    api = FastAPI(title="tasklab", version="0.1.0", docs_url=None, redoc_url=None)
+    api.state.tasklab = state
+    state.streams = StreamLimiter(state.max_streams)
+    state.metrics = state.metrics or Metrics(state.app, state.webhooks)
+    _install_errors(api)
+    protected = APIRouter(dependencies=[Depends(_auth(state))])
+    _task_routes(protected, state)
+    api.include_router(protected)
+    _open_routes(api, state)
+    from tasklab.edges.dashboard.routes import mount_dashboard
+
+    mount_dashboard(api, state)
+    return api
+
+
+def _install_errors(api: FastAPI) -> None:
+    @api.exception_handler(TasklabError)
+    async def tasklab_error(request: Request, exc: TasklabError) -> JSONResponse:
+        return from_tasklab(exc)
+
+    @api.exception_handler(HTTPError)
+    async def http_error(request: Request, exc: HTTPError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "bad_request", _first_error(exc))
+
+    @api.exception_handler(StarletteHTTPException)
+    async def starlette_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+
+def _first_error(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    e = errors[0]
+    where = ".".join(str(p) for p in e.get("loc", ()))
+    return f"{where}: {e.get('msg', 'invalid')}"
+
+
+def _auth(state: ServerState) -> Callable[[Request], Awaitable[None]]:
+    async def check(request: Request) -> None:
+        if state.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        if header.lower().startswith("bearer ") and hmac.compare_digest(
+            header[7:].strip().encode(), state.token.encode()
+        ):
+            return
+        cookie = request.cookies.get("tasklab_session", "")
+        if cookie and hmac.compare_digest(cookie, state.session_value()):
+            return
+        raise HTTPError(401, "unauthorized", "missing or wrong token")
+
+    return check
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON, at most MAX_BODY bytes (413 beyond, nothing read on)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY:
+        raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPError(422, "bad_request", f"body is not valid JSON: {exc}") from None
+
+
+def parse_submit(doc: Any, request: Request) -> SubmitBody:
+    if not isinstance(doc, dict):
+        raise HTTPError(422, "bad_request", "body must be a JSON object")
+    if "task" not in doc or not isinstance(doc["task"], str):
+        raise HTTPError(422, "bad_request", "missing field 'task' (a string)")
+    payload = doc.get("payload", {})
+    if not isinstance(payload, dict):
+        raise HTTPError(422, "invalid_payload", "payload must be a JSON object")
+    key = doc.get("idempotency_key") or request.headers.get("idempotency-key")
+    return SubmitBody(task=doc["task"], payload=payload, idempotency_key=key,
+                      max_attempts=doc.get("max_attempts"))
+
+
+_SUBMIT_DOC = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": SubmitBody.model_json_schema()}}}}
+
+
+def _task_routes(r: APIRouter, state: ServerState) -> None:
+    app = state.app
+
+    @r.post("/tasks", status_code=201, openapi_extra=_SUBMIT_DOC)
+    async def submit(request: Request) -> JSONResponse:
+        body = parse_submit(await read_json(request), request)
+        if state.closing.is_set():
+            raise HTTPError(503, "shutting_down", "the server is shutting down")
+        snap, created = await state.db(app.submit_ex, body.task, body.payload,
+                                       body.idempotency_key, body.max_attempts)
+        return JSONResponse(snap.to_json(), status_code=201 if created else 200)
+
+    @r.get("/tasks")
+    async def list_tasks(
+        state_: Annotated[str | None, Query(alias="state")] = None, limit: int = 100,
+        cursor: str | None = None,
+    ) -> JSONResponse:
+        if not 1 <= limit <= 1000:
+            raise HTTPError(422, "bad_request", "limit must be from 1 to 1000")
+        page = await state.db(app.list, state_, limit, cursor)
+        return JSONResponse({"items": [s.to_json(payload=False) for s in page.items],
+                             "next_cursor": page.next_cursor})
+
+    @r.get("/tasks/counts")
+    async def counts() -> JSONResponse:
+        return JSONResponse(await state.db(app.counts))
+
+    @r.get("/task-types")
+    async def task_types() -> JSONResponse:
+        return JSONResponse({"items": [
+            {"name": t.name, "schema": t.json_schema(), "async": t.is_async,
+             "transactional": t.transactional, "max_attempts": t.max_attempts,
+             "retry_safe": t.retry_safe, "doc": (t.fn.__doc__ or "").strip()}
+            for t in app.registry.all()]})
+
+    @r.get("/tasks/{task_id}")
+    async def get_task(task_id: str) -> JSONResponse:
+        return JSONResponse((await state.db(app.query, task_id)).to_json())
+
+    @r.post("/tasks/{task_id}/cancel")
+    async def cancel(task_id: str) -> JSONResponse:
+        out = await state.db(app.cancel, task_id)
+        snap = await state.db(app.query, task_id)
+        return JSONResponse({"request_accepted": out.request_accepted, "task": snap.to_json()})
+
+    @r.get("/tasks/{task_id}/events")
+    async def events(task_id: str, request: Request, after: int | None = None) -> Response:
+        last = _resume_point(request, after)
+        await state.db(app.query, task_id)  # 404 before the stream starts
+        from tasklab.edges.http.sse import relay, task_events
+
+        frames = relay(task_events(app, state.hub, state.db, task_id, last, state.closing,
+                                   state.sse_heartbeat))
+        return EventStreamResponse(frames, state.streams)
+
+    @r.post("/tasks/stream", openapi_extra=_SUBMIT_DOC)
+    async def stream(request: Request) -> Response:
+        from tasklab.edges.http.bound import start_bound
+
+        body = parse_submit(await read_json(request), request)
+        if state.closing.is_set():
+            raise HTTPError(503, "shutting_down", "the server is shutting down")
+        return await start_bound(state, body)
+
+
+def _resume_point(request: Request, after: int | None) -> int:
+    header = request.headers.get("last-event-id")
+    value: Any = header if header not in (None, "") else after
+    if value is None:
+        return 0
+    try:
+        point = int(value)
+    except (TypeError, ValueError):
+        raise HTTPError(422, "bad_request", "Last-Event-ID / after must be an integer") from None
+    if point < 0:
+        raise HTTPError(422, "bad_request", "Last-Event-ID / after must be >= 0")
+    return point
+
+
+def _open_routes(api: FastAPI, state: ServerState) -> None:
+    @api.get("/healthz")
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"ok": True, "closing": state.closing.is_set()})
+
+    @api.get("/metrics", dependencies=[Depends(_auth(state))])
+    async def metrics() -> Response:
+        assert state.metrics is not None
+        body = await state.db(state.metrics.render)
+        return Response(body, media_type="text/plain; version=0.0.4")
+
+    @api.post("/ui/login")
+    async def login(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        token = doc.get("token") if isinstance(doc, dict) else None
+        if state.token is None:
+            return JSONResponse({"ok": True, "auth": False})
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(),
+                                                                 state.token.encode()):
+            raise HTTPError(401, "unauthorized", "wrong token")
+        resp = JSONResponse({"ok": True, "auth": True})
+        resp.set_cookie("tasklab_session", state.session_value(), httponly=True,
+                        samesite="strict", path="/")
+        return resp
+

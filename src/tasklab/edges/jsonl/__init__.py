@@ -1,0 +1,1 @@
+"""The JSON-lines TCP protocol: one request line, one response line, close."""

@@ -1,0 +1,139 @@
+"""The JSON-lines server, with seed 000's shutdown order.
+
+`close()`: set the closing gate → stop accepting → let running handlers finish until
+`drain_timeout` → cancel the rest and await them → `wait_closed()`. It returns how many
+handlers drained and how many were cancelled. A handler that starts after the gate
+closes its connection without reading anything (the client sees EOF), so nothing is
+submitted late. A half-sent line never holds shutdown past `drain_timeout`. Closing
+the server does not touch tasks it already answered for (a replied `queued` task stays
+queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tasklab.app import TaskApp
+from tasklab.edges.jsonl import codec
+from tasklab.errors import TasklabError
+
+log = logging.getLogger("tasklab.jsonl")
+MAX_LINE = 1024 * 1024 + 4096
+
+
+class JsonLinesServer:
+    def __init__(
+        self,
+        app: TaskApp,
+        db: Callable[..., Awaitable[Any]],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 7411,
+        token: str | None = None,
+        max_line: int = MAX_LINE,
+        read_timeout: float = 10.0,
+        on_cancelled: Callable[[int], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.db = db
+        self.host, self.port = host, port
+        self.token = token
+        self.max_line = max_line
+        self.read_timeout = read_timeout
+        self.on_cancelled = on_cancelled
+        self._closing = False
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[Any]] = set()
+        # Test hook: awaited at the start of every handler (a barrier for the late
+        # handler scenario of seed 000).
+        self.before_handle: Callable[[], Awaitable[None]] | None = None
+
+    async def start(self) -> JsonLinesServer:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port,
+                                                  limit=self.max_line)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            if self.before_handle is not None:
+                await self.before_handle()
+            if self._closing:
+                return  # the gate is closed: not a byte is read
+            writer.write(await self._respond(reader))
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _respond(self, reader: asyncio.StreamReader) -> bytes:
+        try:
+            line = await asyncio.wait_for(reader.readline(), self.read_timeout)
+        except TimeoutError:
+            return codec.error("read_timeout", f"no complete line within {self.read_timeout:g}s")
+        except (ValueError, asyncio.LimitOverrunError):
+            return codec.error("too_large", f"line longer than {self.max_line} bytes")
+        if not line.endswith(b"\n"):
+            return codec.error("bad_request", "the connection closed before a full line")
+        try:
+            request = codec.parse(line.rstrip(b"\r\n"))
+        except codec.BadRequest as exc:
+            return codec.error(exc.code, str(exc))
+        if self.token is not None and not (
+            isinstance(request.token, str)
+            and hmac.compare_digest(request.token.encode(), self.token.encode())
+        ):
+            return codec.error("unauthorized", "missing or wrong token")
+        if self._closing:
+            return codec.error("shutting_down", "the server is shutting down")
+        try:
+            return await self._dispatch(request)
+        except TasklabError as exc:
+            return codec.error(exc.code, str(exc))
+
+    async def _dispatch(self, request: codec.Request) -> bytes:
+        doc, app = request.doc, self.app
+        if request.op == "submit":
+            snap, _ = await self.db(app.submit_ex, doc["task"], doc.get("payload", {}),
+                                    doc.get("idempotency_key"), doc.get("max_attempts"))
+            return codec.ok(id=snap.id, task=snap.to_json())
+        if request.op == "query":
+            snap = await self.db(app.query, doc["id"])
+            return codec.ok(task=snap.to_json())
+        out = await self.db(app.cancel, doc["id"])
+        snap = await self.db(app.query, doc["id"])
+        return codec.ok(request_accepted=out.request_accepted, task=snap.to_json())
+
+    async def close(self, drain_timeout: float = 10.0) -> dict[str, int]:
+        """Seed 000's order; returns {"drained": n, "cancelled_handlers": m}."""
+        self._closing = True  # 1. the gate
+        if self._server is not None:
+            self._server.close()  # 2. stop accepting
+        pending = set(self._handlers)
+        drained = cancelled = 0
+        if pending:
+            done, still = await asyncio.wait(pending, timeout=drain_timeout)  # 3. drain
+            drained = len(done)
+            for t in still:  # 4. cancel the rest and await them
+                t.cancel()
+            if still:
+                await asyncio.gather(*still, return_exceptions=True)
+            cancelled = len(still)
+        if self._server is not None:
+            await self._server.wait_closed()  # 5. only now
+        if cancelled and self.on_cancelled is not None:
+            self.on_cancelled(cancelled)
+        return {"drained": drained, "cancelled_handlers": cancelled}
+
+    @property
+    def active_handlers(self) -> int:
+        return len(self._handlers)

@@ -1,0 +1,128 @@
+"""`tasklab serve`: the HTTP API + dashboard, the JSON-lines server, an embedded worker
+and the outbox dispatcher, in one process on one event loop.
+
+Shutdown on SIGTERM/SIGINT: new submissions answer 503 and open SSE streams end
+cleanly (clients resume); the JSON-lines server closes by seed 000's order; the HTTP
+server stops; request-bound tasks are asked to stop (`shutdown`) and given the drain
+deadline; the worker shuts down by its own rule (release, drain, cancel). Exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from tasklab.app import TaskApp
+from tasklab.core.states import CancelReason
+from tasklab.edges.hub import ChangeHub
+from tasklab.edges.http.app import ServerState, create_app
+from tasklab.edges.jsonl.server import JsonLinesServer
+
+
+@dataclass
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    jsonl_port: int = 7411
+    concurrency: int = 4
+    runner: str = "thread"
+    drain_timeout: float = 10.0
+    webhooks: list[str] = field(default_factory=list)
+    token: str | None = None
+    max_streams: int = 1000
+    sse_heartbeat: float = 15.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(opts: ServeOptions) -> None:
+    if not is_loopback(opts.host) and not opts.token:
+        raise ValueError(
+            f"refusing to bind {opts.host}: a non-loopback address needs TASKLAB_TOKEN")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, telling us when it caught a signal."""
+
+    def __init__(self, config: uvicorn.Config, stop: asyncio.Event) -> None:
+        super().__init__(config)
+        self._stop_event = stop
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self._stop_event.set()  # our shutdown order runs; uvicorn stops when we say
+
+
+async def serve(app: TaskApp, opts: ServeOptions) -> dict[str, Any]:
+    check_binding(opts)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    state = ServerState(app, token=opts.token, max_streams=opts.max_streams,
+                        sse_heartbeat=opts.sse_heartbeat, webhooks=opts.webhooks)
+    state.hub = ChangeHub(app.store, loop)
+    api = create_app(state)
+    worker = await state.db(lambda: app.worker(runner=opts.runner,
+                                               concurrency=opts.concurrency,
+                                               webhooks=opts.webhooks).start())
+    jsonl = await JsonLinesServer(
+        app, state.db, host=opts.host, port=opts.jsonl_port, token=opts.token,
+        on_cancelled=lambda n: state.metrics.cancelled_handlers.labels("jsonl").inc(n)
+        if state.metrics else None,
+    ).start()
+    sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((opts.host, opts.port))
+    config = uvicorn.Config(api, log_level="warning", lifespan="off", access_log=False,
+                            timeout_graceful_shutdown=max(1, int(opts.drain_timeout)))
+    server = _Server(config, stop)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.01)
+    print(json.dumps({"event": "ready", "http": f"http://{opts.host}:{sock.getsockname()[1]}",
+                      "jsonl_port": jsonl.port, "db": _safe(app.db)}),
+          file=sys.stderr, flush=True)
+    stop_wait = asyncio.create_task(stop.wait())
+    await asyncio.wait({serving, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    stop_wait.cancel()
+    return await _shutdown(app, opts, state, jsonl, server, serving, worker)
+
+
+async def _shutdown(app: TaskApp, opts: ServeOptions, state: ServerState,
+                    jsonl: JsonLinesServer, server: uvicorn.Server, serving: asyncio.Task[Any],
+                    worker: Any) -> dict[str, Any]:
+    state.closing.set()  # SSE streams end, new submits answer 503
+    jsonl_report = await jsonl.close(opts.drain_timeout)
+    server.should_exit = True
+    await serving
+    bound = dict(state.bound_tasks)
+    for task_id in bound.values():
+        await state.db(app.cancel, task_id, CancelReason.SHUTDOWN)
+    if bound:
+        _, still = await asyncio.wait(set(bound), timeout=opts.drain_timeout)
+        for t in still:
+            t.cancel()
+    worker_report = await state.db(worker.stop)
+    state.hub.close()
+    report = {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}
+    print(json.dumps(report), file=sys.stderr, flush=True)
+    return report
+
+
+def _safe(url: str) -> str:
+    return url.split("@")[-1] if "@" in url else url
