@@ -343,3 +343,12 @@ def test_counters_and_workers(store, reader):
     assert [w["id"] for w in reader.workers()] == ["w-1"]
     store.unregister_worker("w-1")
     assert reader.workers() == []
+
+
+def test_request_bound_tasks_are_claimed_only_by_their_request(store, reader):
+    item = NewTask("t.echo", {"value": 1}, 1, False, request_bound=True)
+    snap, created, claim = store.submit_and_claim(item, "server", 5.0)
+    assert created and claim is not None and snap.state is State.RUNNING
+    ((other, _),) = store.submit([NewTask("t.echo", {"value": 2}, 1, False, request_bound=True)])
+    assert store.claim(NAMES, 10, "worker", 5.0) == []  # no worker takes them
+    assert reader.get(other.id).state is State.QUEUED

@@ -274,12 +274,20 @@ def worker(
 
 @cli.command()
 def serve(
-    db: Db = DEFAULT_DB, app: AppSpec = None,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
     jsonl_port: Annotated[int, typer.Option("--jsonl-port", min=0, max=65535)] = 7411,
-    concurrency: Concurrency = 4, runner: Runner = "thread", lease: Lease = 30.0,
-    drain_timeout: Drain = 10.0, data_dir: DataDir = None, webhook: Webhook = None,
+    concurrency: Concurrency = 4,
+    runner: Runner = "thread",
+    lease: Lease = 30.0,
+    drain_timeout: Drain = 10.0,
+    data_dir: DataDir = None,
+    webhook: Webhook = None,
+    no_worker: Annotated[
+        bool, typer.Option("--no-worker", help="Serve only; workers run elsewhere.")
+    ] = False,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
     import asyncio
@@ -288,9 +296,17 @@ def serve(
     from tasklab.edges.serve import ServeOptions, check_binding
     from tasklab.edges.serve import serve as run_server
 
-    opts = ServeOptions(host=host, port=port, jsonl_port=jsonl_port, concurrency=concurrency,
-                        runner=runner, drain_timeout=drain_timeout, webhooks=_webhooks(webhook),
-                        token=os.environ.get("TASKLAB_TOKEN") or None)
+    opts = ServeOptions(
+        host=host,
+        port=port,
+        jsonl_port=jsonl_port,
+        concurrency=concurrency,
+        runner=runner,
+        drain_timeout=drain_timeout,
+        webhooks=_webhooks(webhook),
+        token=os.environ.get("TASKLAB_TOKEN") or None,
+        embed_worker=not no_worker,
+    )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
         _guard(lambda: asyncio.run(run_server(a, opts)))

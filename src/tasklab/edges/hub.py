@@ -16,8 +16,7 @@ class ChangeHub:
         self.loop = loop
         self._event = asyncio.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tasklab-change-hub",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tasklab-change-hub", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

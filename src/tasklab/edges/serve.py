@@ -22,8 +22,8 @@ import uvicorn
 
 from tasklab.app import TaskApp
 from tasklab.core.states import CancelReason
-from tasklab.edges.hub import ChangeHub
 from tasklab.edges.http.app import ServerState, create_app
+from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
 
 
@@ -39,6 +39,7 @@ class ServeOptions:
     token: str | None = None
     max_streams: int = 1000
     sse_heartbeat: float = 15.0
+    embed_worker: bool = True
 
 
 def is_loopback(host: str) -> bool:
@@ -53,7 +54,8 @@ def is_loopback(host: str) -> bool:
 def check_binding(opts: ServeOptions) -> None:
     if not is_loopback(opts.host) and not opts.token:
         raise ValueError(
-            f"refusing to bind {opts.host}: a non-loopback address needs TASKLAB_TOKEN")
+            f"refusing to bind {opts.host}: a non-loopback address needs TASKLAB_TOKEN"
+        )
 
 
 class _Server(uvicorn.Server):
@@ -67,59 +69,109 @@ class _Server(uvicorn.Server):
         self._stop_event.set()  # our shutdown order runs; uvicorn stops when we say
 
 
+class Service:
+    """Everything `tasklab serve` runs, with an explicit start and stop (tests drive it
+    on a loop of their own; `serve()` adds the signals)."""
+
+    def __init__(self, app: TaskApp, opts: ServeOptions) -> None:
+        check_binding(opts)
+        self.app, self.opts = app, opts
+        self.stop_requested = asyncio.Event()
+        self.state = ServerState(
+            app,
+            token=opts.token,
+            max_streams=opts.max_streams,
+            sse_heartbeat=opts.sse_heartbeat,
+            webhooks=opts.webhooks,
+        )
+        self.http_url = ""
+        self.jsonl: JsonLinesServer | None = None
+
+    async def start(self) -> Service:
+        app, opts, state = self.app, self.opts, self.state
+        state.hub = ChangeHub(app.store, asyncio.get_running_loop())
+        api = create_app(state)
+        self.worker = None
+        if opts.embed_worker:
+            self.worker = await state.db(
+                lambda: app.worker(
+                    runner=opts.runner, concurrency=opts.concurrency, webhooks=opts.webhooks
+                ).start()
+            )
+        self.jsonl = await JsonLinesServer(
+            app,
+            state.db,
+            host=opts.host,
+            port=opts.jsonl_port,
+            token=opts.token,
+            on_cancelled=self._count_cancelled,
+        ).start()
+        sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((opts.host, opts.port))
+        config = uvicorn.Config(
+            api,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=max(1, int(opts.drain_timeout)),
+        )
+        self.server = _Server(config, self.stop_requested)
+        self.serving = asyncio.create_task(self.server.serve(sockets=[sock]))
+        while not self.server.started and not self.serving.done():  # noqa: ASYNC110 - uvicorn has only a flag
+            await asyncio.sleep(0.01)
+        self.http_url = f"http://{opts.host}:{sock.getsockname()[1]}"
+        return self
+
+    def _count_cancelled(self, n: int) -> None:
+        if self.state.metrics is not None:
+            self.state.metrics.cancelled_handlers.labels("jsonl").inc(n)
+
+    async def wait(self) -> None:
+        stop_wait = asyncio.create_task(self.stop_requested.wait())
+        await asyncio.wait({self.serving, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+
+    async def stop(self) -> dict[str, Any]:
+        app, opts, state = self.app, self.opts, self.state
+        state.closing.set()  # SSE streams end, new submits answer 503
+        assert self.jsonl is not None
+        jsonl_report = await self.jsonl.close(opts.drain_timeout)
+        self.server.should_exit = True
+        await self.serving
+        bound = dict(state.bound_tasks)
+        for task_id in bound.values():
+            await state.db(app.cancel, task_id, CancelReason.SHUTDOWN)
+        if bound:
+            _, still = await asyncio.wait(set(bound), timeout=opts.drain_timeout)
+            for t in still:
+                t.cancel()
+        worker_report = await state.db(self.worker.stop) if self.worker else None
+        state.hub.close()
+        return {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}
+
+
 async def serve(app: TaskApp, opts: ServeOptions) -> dict[str, Any]:
-    check_binding(opts)
+    service = Service(app, opts)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    state = ServerState(app, token=opts.token, max_streams=opts.max_streams,
-                        sse_heartbeat=opts.sse_heartbeat, webhooks=opts.webhooks)
-    state.hub = ChangeHub(app.store, loop)
-    api = create_app(state)
-    worker = await state.db(lambda: app.worker(runner=opts.runner,
-                                               concurrency=opts.concurrency,
-                                               webhooks=opts.webhooks).start())
-    jsonl = await JsonLinesServer(
-        app, state.db, host=opts.host, port=opts.jsonl_port, token=opts.token,
-        on_cancelled=lambda n: state.metrics.cancelled_handlers.labels("jsonl").inc(n)
-        if state.metrics else None,
-    ).start()
-    sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((opts.host, opts.port))
-    config = uvicorn.Config(api, log_level="warning", lifespan="off", access_log=False,
-                            timeout_graceful_shutdown=max(1, int(opts.drain_timeout)))
-    server = _Server(config, stop)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.01)
-    print(json.dumps({"event": "ready", "http": f"http://{opts.host}:{sock.getsockname()[1]}",
-                      "jsonl_port": jsonl.port, "db": _safe(app.db)}),
-          file=sys.stderr, flush=True)
-    stop_wait = asyncio.create_task(stop.wait())
-    await asyncio.wait({serving, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-    stop_wait.cancel()
-    return await _shutdown(app, opts, state, jsonl, server, serving, worker)
-
-
-async def _shutdown(app: TaskApp, opts: ServeOptions, state: ServerState,
-                    jsonl: JsonLinesServer, server: uvicorn.Server, serving: asyncio.Task[Any],
-                    worker: Any) -> dict[str, Any]:
-    state.closing.set()  # SSE streams end, new submits answer 503
-    jsonl_report = await jsonl.close(opts.drain_timeout)
-    server.should_exit = True
-    await serving
-    bound = dict(state.bound_tasks)
-    for task_id in bound.values():
-        await state.db(app.cancel, task_id, CancelReason.SHUTDOWN)
-    if bound:
-        _, still = await asyncio.wait(set(bound), timeout=opts.drain_timeout)
-        for t in still:
-            t.cancel()
-    worker_report = await state.db(worker.stop)
-    state.hub.close()
-    report = {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}
+        loop.add_signal_handler(sig, service.stop_requested.set)
+    await service.start()
+    assert service.jsonl is not None
+    print(
+        json.dumps(
+            {
+                "event": "ready",
+                "http": service.http_url,
+                "jsonl_port": service.jsonl.port,
+                "db": _safe(app.db),
+            }
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+    await service.wait()
+    report = await service.stop()
     print(json.dumps(report), file=sys.stderr, flush=True)
     return report
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import time
 import uuid
@@ -50,6 +51,9 @@ def new_task_id() -> str:
     return f"{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
 
 
+_ID = re.compile(r"[0-9a-f]{24}")
+
+
 def encode_cursor(task_id: str) -> str:
     return base64.urlsafe_b64encode(task_id.encode()).decode().rstrip("=")
 
@@ -57,13 +61,16 @@ def encode_cursor(task_id: str) -> str:
 def decode_cursor(cursor: str | None) -> str | None:
     if not cursor:
         return None
+    from tasklab.errors import InvalidPayload
+
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        return base64.urlsafe_b64decode(padded.encode()).decode()
+        value = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()
     except (ValueError, UnicodeDecodeError):
-        from tasklab.errors import InvalidPayload
-
-        raise InvalidPayload("cursor is not one this server handed out") from None
+        value = ""
+    if not _ID.fullmatch(value):
+        raise InvalidPayload("cursor is not one this server handed out")
+    return value
 
 
 class SqlStore:

@@ -34,5 +34,4 @@ def mount_dashboard(api: FastAPI, state: ServerState) -> None:
     async def asset(name: str) -> Response:
         if name not in ASSETS:
             raise HTTPError(404, "not_found", f"no asset {name!r}")
-        return Response(_read(name), media_type=ASSETS[name],
-                        headers={"Cache-Control": "no-cache"})
+        return Response(_read(name), media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})

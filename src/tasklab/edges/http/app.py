@@ -152,12 +152,17 @@ def parse_submit(doc: Any, request: Request) -> SubmitBody:
     if not isinstance(payload, dict):
         raise HTTPError(422, "invalid_payload", "payload must be a JSON object")
     key = doc.get("idempotency_key") or request.headers.get("idempotency-key")
-    return SubmitBody(task=doc["task"], payload=payload, idempotency_key=key,
-                      max_attempts=doc.get("max_attempts"))
+    return SubmitBody(
+        task=doc["task"], payload=payload, idempotency_key=key, max_attempts=doc.get("max_attempts")
+    )
 
 
-_SUBMIT_DOC = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": SubmitBody.model_json_schema()}}}}
+_SUBMIT_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+    }
+}
 
 
 def _task_routes(r: APIRouter, state: ServerState) -> None:
@@ -168,20 +173,26 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
         body = parse_submit(await read_json(request), request)
         if state.closing.is_set():
             raise HTTPError(503, "shutting_down", "the server is shutting down")
-        snap, created = await state.db(app.submit_ex, body.task, body.payload,
-                                       body.idempotency_key, body.max_attempts)
+        snap, created = await state.db(
+            app.submit_ex, body.task, body.payload, body.idempotency_key, body.max_attempts
+        )
         return JSONResponse(snap.to_json(), status_code=201 if created else 200)
 
     @r.get("/tasks")
     async def list_tasks(
-        state_: Annotated[str | None, Query(alias="state")] = None, limit: int = 100,
+        state_: Annotated[str | None, Query(alias="state")] = None,
+        limit: int = 100,
         cursor: str | None = None,
     ) -> JSONResponse:
         if not 1 <= limit <= 1000:
             raise HTTPError(422, "bad_request", "limit must be from 1 to 1000")
         page = await state.db(app.list, state_, limit, cursor)
-        return JSONResponse({"items": [s.to_json(payload=False) for s in page.items],
-                             "next_cursor": page.next_cursor})
+        return JSONResponse(
+            {
+                "items": [s.to_json(payload=False) for s in page.items],
+                "next_cursor": page.next_cursor,
+            }
+        )
 
     @r.get("/tasks/counts")
     async def counts() -> JSONResponse:
@@ -189,11 +200,22 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
 
     @r.get("/task-types")
     async def task_types() -> JSONResponse:
-        return JSONResponse({"items": [
-            {"name": t.name, "schema": t.json_schema(), "async": t.is_async,
-             "transactional": t.transactional, "max_attempts": t.max_attempts,
-             "retry_safe": t.retry_safe, "doc": (t.fn.__doc__ or "").strip()}
-            for t in app.registry.all()]})
+        return JSONResponse(
+            {
+                "items": [
+                    {
+                        "name": t.name,
+                        "schema": t.json_schema(),
+                        "async": t.is_async,
+                        "transactional": t.transactional,
+                        "max_attempts": t.max_attempts,
+                        "retry_safe": t.retry_safe,
+                        "doc": (t.fn.__doc__ or "").strip(),
+                    }
+                    for t in app.registry.all()
+                ]
+            }
+        )
 
     @r.get("/tasks/{task_id}")
     async def get_task(task_id: str) -> JSONResponse:
@@ -211,8 +233,9 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
         await state.db(app.query, task_id)  # 404 before the stream starts
         from tasklab.edges.http.sse import relay, task_events
 
-        frames = relay(task_events(app, state.hub, state.db, task_id, last, state.closing,
-                                   state.sse_heartbeat))
+        frames = relay(
+            task_events(app, state.hub, state.db, task_id, last, state.closing, state.sse_heartbeat)
+        )
         return EventStreamResponse(frames, state.streams)
 
     @r.post("/tasks/stream", openapi_extra=_SUBMIT_DOC)
@@ -256,11 +279,12 @@ def _open_routes(api: FastAPI, state: ServerState) -> None:
         token = doc.get("token") if isinstance(doc, dict) else None
         if state.token is None:
             return JSONResponse({"ok": True, "auth": False})
-        if not isinstance(token, str) or not hmac.compare_digest(token.encode(),
-                                                                 state.token.encode()):
+        if not isinstance(token, str) or not hmac.compare_digest(
+            token.encode(), state.token.encode()
+        ):
             raise HTTPError(401, "unauthorized", "wrong token")
         resp = JSONResponse({"ok": True, "auth": True})
-        resp.set_cookie("tasklab_session", state.session_value(), httponly=True,
-                        samesite="strict", path="/")
+        resp.set_cookie(
+            "tasklab_session", state.session_value(), httponly=True, samesite="strict", path="/"
+        )
         return resp
-

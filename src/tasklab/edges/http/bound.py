@@ -26,10 +26,12 @@ if TYPE_CHECKING:
 
 async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamResponse:
     app = state.app
-    item = app.prepare(body.task, body.payload, body.idempotency_key, body.max_attempts,
-                       request_bound=True)
-    snap, _created, claim = await state.db(app.store.submit_and_claim, item, app.owner,
-                                           app.settings.lease)
+    item = app.prepare(
+        body.task, body.payload, body.idempotency_key, body.max_attempts, request_bound=True
+    )
+    snap, _created, claim = await state.db(
+        app.store.submit_and_claim, item, app.owner, app.settings.lease
+    )
     if claim is not None:
         spec = app.registry.get(claim.task)
         task = asyncio.create_task(run_bound(state, claim, spec))
@@ -39,10 +41,12 @@ async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamRespon
     async def disconnected() -> None:
         await state.db(app.cancel, snap.id, CancelReason.CLIENT_DISCONNECTED)
 
-    frames = relay(task_events(app, state.hub, state.db, snap.id, 0, asyncio.Event(),
-                               state.sse_heartbeat))
-    return EventStreamResponse(frames, state.streams, headers={"Tasklab-Task-Id": snap.id},
-                               on_disconnect=disconnected)
+    frames = relay(
+        task_events(app, state.hub, state.db, snap.id, 0, asyncio.Event(), state.sse_heartbeat)
+    )
+    return EventStreamResponse(
+        frames, state.streams, headers={"Tasklab-Task-Id": snap.id}, on_disconnect=disconnected
+    )
 
 
 async def run_bound(state: ServerState, claim: Claim, spec: TaskDef) -> Any:

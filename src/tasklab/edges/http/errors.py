@@ -9,8 +9,8 @@ from tasklab.errors import (
     InvalidPayload,
     QueueFull,
     ShuttingDown,
-    TaskNotFound,
     TasklabError,
+    TaskNotFound,
     UnknownTask,
 )
 

@@ -35,8 +35,14 @@ HEARTBEAT = b": keep-alive\n\n"
 
 
 async def task_events(
-    app: TaskApp, hub: ChangeHub, to_thread: Blocking, task_id: str, after: int,
-    closing: asyncio.Event, heartbeat: float = 15.0, page: int = 500,
+    app: TaskApp,
+    hub: ChangeHub,
+    to_thread: Blocking,
+    task_id: str,
+    after: int,
+    closing: asyncio.Event,
+    heartbeat: float = 15.0,
+    page: int = 500,
 ) -> AsyncIterator[bytes]:
     """The wire frames of one task's stream, from `after` on."""
     last = after
@@ -57,8 +63,9 @@ async def task_events(
         waiter = asyncio.ensure_future(changed.wait())
         stopper = asyncio.ensure_future(closing.wait())
         try:
-            done, _ = await asyncio.wait({waiter, stopper}, timeout=heartbeat,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {waiter, stopper}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             waiter.cancel()
             stopper.cancel()

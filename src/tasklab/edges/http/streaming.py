@@ -65,8 +65,9 @@ class EventStreamResponse(Response):
             await self.frames.aclose()  # type: ignore[attr-defined]
             if self.on_end is not None:
                 await self.on_end()
-            resp = error_response(503, "too_many_streams",
-                                  f"{self.limiter.limit} streams are open; try again later")
+            resp = error_response(
+                503, "too_many_streams", f"{self.limiter.limit} streams are open; try again later"
+            )
             await resp(scope, receive, send)
             return
         try:
@@ -75,8 +76,11 @@ class EventStreamResponse(Response):
             self.limiter.release()
 
     async def _stream(self, receive: Receive, send: Send) -> None:
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                   (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+        ]
         headers += [(k.lower().encode(), v.encode()) for k, v in self.extra_headers.items()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         async with anyio.create_task_group() as tg:
@@ -93,8 +97,7 @@ class EventStreamResponse(Response):
             try:
                 async with aclosing(self.frames) as frames:  # type: ignore[type-var]
                     async for frame in frames:
-                        await send({"type": "http.response.body", "body": frame,
-                                    "more_body": True})
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:
                 self.disconnected = True  # the write failed: the client is gone

@@ -12,6 +12,7 @@ queued).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -53,8 +54,9 @@ class JsonLinesServer:
         self.before_handle: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> JsonLinesServer:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port,
-                                                  limit=self.max_line)
+        self._server = await asyncio.start_server(
+            self._handle, self.host, self.port, limit=self.max_line
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -69,11 +71,30 @@ class JsonLinesServer:
                 return  # the gate is closed: not a byte is read
             writer.write(await self._respond(reader))
             await writer.drain()
+            await self._linger(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # close() cancelled us and awaits us. This coroutine is the top of its task
+            # and asyncio's stream protocol calls task.exception() on it, which would
+            # re-raise the cancellation as an unraisable error: end normally instead.
+            task.uncancel()
         finally:
             self._handlers.discard(task)
             writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    @staticmethod
+    async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Half-close, then read away what the client still sends (briefly): closing a
+        socket with unread input resets it, and the client would lose our answer."""
+        if writer.can_write_eof():
+            writer.write_eof()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(0.5):
+                while await reader.read(65536):
+                    pass
 
     async def _respond(self, reader: asyncio.StreamReader) -> bytes:
         try:
@@ -103,8 +124,13 @@ class JsonLinesServer:
     async def _dispatch(self, request: codec.Request) -> bytes:
         doc, app = request.doc, self.app
         if request.op == "submit":
-            snap, _ = await self.db(app.submit_ex, doc["task"], doc.get("payload", {}),
-                                    doc.get("idempotency_key"), doc.get("max_attempts"))
+            snap, _ = await self.db(
+                app.submit_ex,
+                doc["task"],
+                doc.get("payload", {}),
+                doc.get("idempotency_key"),
+                doc.get("max_attempts"),
+            )
             return codec.ok(id=snap.id, task=snap.to_json())
         if request.op == "query":
             snap = await self.db(app.query, doc["id"])
