@@ -197,7 +197,7 @@ def test_request_bound_disconnect_cancels_and_keeps_partial_events(client, app, 
         tid = resp.headers["tasklab-task-id"]
         lines = resp.iter_lines()
         seen = []
-        for etype, data in sse_events(lines):
+        for _etype, data in sse_events(lines):
             seen.append(json.loads(data))
             if len(seen) >= 3:
                 break
@@ -212,7 +212,7 @@ def test_request_bound_disconnect_cancels_and_keeps_partial_events(client, app, 
 
 def test_request_bound_success_then_disconnect_stays_succeeded(client, app):
     body = {"task": "stream_text", "payload": {"text": "one two", "tokens_per_second": 1000}}
-    events, end = read_stream(client, "/tasks/stream", method="POST", body=body)
+    _events, end = read_stream(client, "/tasks/stream", method="POST", body=body)
     assert end["state"] == "succeeded"
     time.sleep(0.2)  # the client is gone now
     assert app.query(end["id"]).state is State.SUCCEEDED
