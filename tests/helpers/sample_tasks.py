@@ -293,3 +293,13 @@ def mark_unsafe(ctx: Any, n: int) -> int:
     ctx.emit({"n": n, "attempt": ctx.attempt})
     time.sleep(0.002)
     return int(ctx.attempt)
+
+
+@app.task(name="t.slow_steps")
+def slow_steps(ctx: Any, steps: int = 100) -> int:
+    """Checkpoints every 0.3 s: a cancel request stays visible for a moment."""
+    for i in range(steps):
+        ctx.checkpoint()
+        ctx.emit({"done": i, "total": steps})
+        time.sleep(0.3)
+    return steps

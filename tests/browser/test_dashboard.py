@@ -1,0 +1,206 @@
+"""The dashboard in a real headless Chromium (Debian's package, driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasklab import State
+from tests.conftest import make_app, wait_for
+from tests.helpers.servers import ServiceThread
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _browser_or_skip():  # type: ignore[no-untyped-def]
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if sync_playwright is None or not os.path.exists(CHROMIUM):
+        if os.environ.get("TASKLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail("TASKLAB_REQUIRE_BROWSER=1 but chromium or playwright is missing")
+        pytest.skip("chromium/playwright not installed")
+    return sync_playwright
+
+
+@pytest.fixture(scope="module")
+def browser():  # type: ignore[no-untyped-def]
+    sync_playwright = _browser_or_skip()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run",
+            "--disable-quic"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def served(tmp_path):  # type: ignore[no-untyped-def]
+    app = make_app(f"sqlite:///{tmp_path / 'ui.db'}")
+    with ServiceThread(app, concurrency=2) as server:
+        yield app, server
+    app.close()
+
+
+@pytest.fixture
+def context(browser):  # type: ignore[no-untyped-def]
+    ctx = browser.new_context(viewport={"width": 1100, "height": 800})
+    yield ctx
+    ctx.close()
+
+
+def store_text(app, tid: str) -> str:  # type: ignore[no-untyped-def]
+    return "".join(e.data["text"] for e in app.events(tid) if e.type == "chunk")
+
+
+def test_submit_wordfreq_from_the_form_shows_progress_and_result(served, context):
+    app, server = served
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#f-text")
+    text = " ".join(["alpha beta gamma alpha"] * 30000)  # ~690 KB: several chunks
+    page.fill("#f-text", text)
+    page.click("#submit-button")
+    page.wait_for_url("**/ui/tasks/*")
+    page.wait_for_selector("#top-words", timeout=30000)
+    assert page.text_content("#state") == "succeeded"
+    rows = page.locator("#top-words tbody tr")
+    assert rows.first.inner_text().split() == ["alpha", "60000"]
+    assert page.locator(".bars .bar").count() == 3
+    assert page.eval_on_selector("#progress", "p => p.value === p.max && p.max > 1")
+    tid = page.url.rsplit("/", 1)[1]
+    progress = [e for e in app.events(tid) if e.type == "progress"]
+    assert len(progress) > 2  # the bar moved through several values
+    if os.environ.get("TASKLAB_SCREENSHOTS") == "1":
+        page.screenshot(path=str(ROOT / "docs" / "dashboard-task.png"), full_page=True)
+        page.goto(server.url + "/")
+        page.wait_for_selector("#tasks tbody tr")
+        page.screenshot(path=str(ROOT / "docs" / "dashboard-list.png"), full_page=True)
+
+
+def test_closing_the_tab_mid_stream_and_reopening_resumes_exactly(served, context):
+    app, server = served
+    words = [f"tok{i}" for i in range(120)]
+    tid = app.submit("stream_text", {"text": " ".join(words), "tokens_per_second": 40})
+    page = context.new_page()
+    page.goto(f"{server.url}/ui/tasks/{tid}")
+    page.wait_for_function("document.querySelector('#output').textContent.includes('tok10 ')")
+    page.close()  # mid-stream: the task goes on (it is not bound to the page)
+    again = context.new_page()
+    again.goto(f"{server.url}/ui/tasks/{tid}")
+    again.wait_for_selector(".notice.ok", timeout=20000)
+    shown = again.text_content("#output")
+    assert shown == " ".join(words) == store_text(app, tid)
+    # and a reload of the same tab resumes from sessionStorage (?after=) — same text
+    again.reload()
+    again.wait_for_selector(".notice.ok", timeout=20000)
+    assert again.text_content("#output") == " ".join(words)
+
+
+def test_reload_mid_stream_resumes_from_session_storage(served, context):
+    app, server = served
+    words = [f"w{i}" for i in range(100)]
+    tid = app.submit("stream_text", {"text": " ".join(words), "tokens_per_second": 40})
+    page = context.new_page()
+    page.goto(f"{server.url}/ui/tasks/{tid}")
+    page.wait_for_function("document.querySelector('#output').textContent.includes('w8 ')")
+    page.reload()  # same tab: sessionStorage survives, the page connects with ?after=
+    page.wait_for_selector(".notice.ok", timeout=20000)
+    assert page.text_content("#output") == " ".join(words) == store_text(app, tid)
+
+
+def test_request_bound_tab_closed_mid_stream_is_cancelled(served, context):
+    app, server = served
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#task-type")
+    page.select_option("#task-type", "stream_text")
+    page.fill("#f-text", " ".join(f"b{i}" for i in range(400)))
+    page.fill("#f-tokens_per_second", "40")
+    page.check("input[name=mode][value=bound]")
+    page.click("#submit-button")
+    page.wait_for_function("document.querySelector('#output').textContent.includes('b5 ')")
+    tid = page.url.rsplit("/", 1)[1]
+    page.close()
+    snap = wait_for(lambda: (s := app.query(tid)).terminal and s, timeout=15)
+    assert snap.state is State.CANCELLED and snap.cancel_reason.value == "client_disconnected"
+    reopened = context.new_page()
+    reopened.goto(f"{server.url}/ui/tasks/{tid}")
+    reopened.wait_for_selector(".notice", timeout=15000)
+    partial = reopened.text_content("#output")
+    assert partial and partial == store_text(app, tid) and "b399" not in partial
+    assert "not undone" in reopened.text_content("#verdict")
+
+
+def test_cancel_from_the_task_page_shows_both_facts(served, context):
+    app, server = served
+    tid = app.submit("t.slow_steps", {"steps": 200})
+    wait_for(lambda: app.query(tid).state is State.RUNNING)
+    page = context.new_page()
+    page.goto(f"{server.url}/ui/tasks/{tid}")
+    page.wait_for_selector("#state:text('running')")
+    page.keyboard.press("Tab")  # keyboard-usable: the cancel button takes focus
+    page.focus("#cancel")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#fact-accepted.done")
+    assert page.text_content("#state") in ("cancel_requested", "cancelled")
+    page.wait_for_selector("#fact-stopped.done", timeout=10000)
+    assert page.text_content("#state") == "cancelled"
+    assert app.query(tid).state is State.CANCELLED
+
+
+def test_a_bad_payload_shows_an_error_next_to_the_field_and_creates_nothing(served, context):
+    app, server = served
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#f-text")
+    page.fill("#f-text", "some words")
+    page.fill("#f-top", "-3")
+    page.click("#submit-button")
+    page.wait_for_function("document.querySelector('#f-top-error').textContent.length > 0")
+    assert "top" in page.text_content("#f-top-error")
+    assert page.url.endswith("/")
+    assert sum(app.counts().values()) == 0
+
+
+def test_list_shows_counts_and_filters_on_a_narrow_window(served, browser):
+    app, server = served
+    for i in range(3):
+        app.run(app.submit("t.echo", {"value": i}))
+    app.submit("t.hold", {"name": "never-released"})
+    ctx = browser.new_context(viewport={"width": 380, "height": 800}, color_scheme="dark")
+    page = ctx.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#tasks tbody tr")
+    assert "succeeded 3" in page.text_content("#counts")
+    page.select_option("#state-filter", "succeeded")
+    page.wait_for_function("document.querySelectorAll('#tasks tbody tr').length === 3")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 400  # readable on a narrow window: no page-wide horizontal scroll
+    ctx.close()
+    from tests.helpers.sample_tasks import latch
+
+    latch("never-released").set()
+
+
+def test_token_login_from_the_page(tmp_path, browser):
+    app = make_app(f"sqlite:///{tmp_path / 'auth.db'}")
+    with ServiceThread(app, token="s3cret") as server:
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.goto(server.url + "/")
+        page.wait_for_selector("#login:not([hidden])")
+        page.fill("#token", "wrong")
+        page.click("#login-form button")
+        page.wait_for_function("document.querySelector('#login-error').textContent.length > 0")
+        page.fill("#token", "s3cret")
+        page.click("#login-form button")
+        page.wait_for_selector("#counts li")
+        ctx.close()
+    app.close()
