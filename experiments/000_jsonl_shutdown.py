@@ -44,8 +44,10 @@ async def normal_close(app: TaskApp) -> None:
         await asyncio.sleep(0.001)
     report = await server.close(drain_timeout=5)
     answer = json.loads(await reply)
-    print(f"1. complete submit during close: answered ok={answer['ok']} "
-          f"state={answer['task']['state']}; {report}")
+    print(
+        f"1. complete submit during close: answered ok={answer['ok']} "
+        f"state={answer['task']['state']}; {report}"
+    )
 
 
 async def half_line(app: TaskApp) -> None:
@@ -65,8 +67,10 @@ async def half_line(app: TaskApp) -> None:
         refused = False
     except OSError:
         refused = True
-    print(f"2. half-sent line, drain 0: client got {got!r} (EOF) after "
-          f"{(loop.time() - t0) * 1000:.1f} ms; new connection refused={refused}; {report}")
+    print(
+        f"2. half-sent line, drain 0: client got {got!r} (EOF) after "
+        f"{(loop.time() - t0) * 1000:.1f} ms; new connection refused={refused}; {report}"
+    )
 
 
 async def late_handler(app: TaskApp) -> None:
@@ -85,8 +89,10 @@ async def late_handler(app: TaskApp) -> None:
     await asyncio.sleep(0.05)
     release.set()
     got, report = await reply, await closing
-    print(f"3. late handler after the gate: client got {got!r}; tasks submitted: "
-          f"{sum(app.counts().values()) - before}; {report}")
+    print(
+        f"3. late handler after the gate: client got {got!r}; tasks submitted: "
+        f"{sum(app.counts().values()) - before}; {report}"
+    )
 
 
 async def main() -> None:

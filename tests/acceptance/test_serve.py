@@ -24,9 +24,25 @@ def free_port() -> int:
 class Serve:
     def __init__(self, url: str, *extra: str, port: int = 0) -> None:
         self.proc = subprocess.Popen(
-            [*TASKLAB, "serve", "--db", url, "--port", str(port), "--jsonl-port", "0",
-             "--drain-timeout", "2", *extra, *APP],
-            cwd=ROOT, env=env(), stderr=subprocess.PIPE, text=True)
+            [
+                *TASKLAB,
+                "serve",
+                "--db",
+                url,
+                "--port",
+                str(port),
+                "--jsonl-port",
+                "0",
+                "--drain-timeout",
+                "2",
+                *extra,
+                *APP,
+            ],
+            cwd=ROOT,
+            env=env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stderr.readline()  # type: ignore[union-attr]
         ready = json.loads(line)
         assert ready["event"] == "ready", line
@@ -43,8 +59,9 @@ class Serve:
 
 def events_from(base: str, tid: str, after: int, limit: int | None = None):
     got, end = [], None
-    with httpx.stream("GET", f"{base}/tasks/{tid}/events",
-                      headers={"Last-Event-ID": str(after)}, timeout=30) as resp:
+    with httpx.stream(
+        "GET", f"{base}/tasks/{tid}/events", headers={"Last-Event-ID": str(after)}, timeout=30
+    ) as resp:
         for etype, data in sse_events(resp.iter_lines()):
             doc = json.loads(data)
             if etype == "end":
@@ -61,8 +78,10 @@ def test_resume_against_a_second_server_process(store_url):
     b = Serve(store_url, "--no-worker")
     try:
         text = " ".join(f"r{i}" for i in range(80))
-        tid = httpx.post(f"{a.http}/tasks", json={"task": "stream_text", "payload": {
-            "text": text, "tokens_per_second": 80}}).json()["id"]
+        tid = httpx.post(
+            f"{a.http}/tasks",
+            json={"task": "stream_text", "payload": {"text": text, "tokens_per_second": 80}},
+        ).json()["id"]
         first, end = events_from(a.http, tid, 0, limit=3)
         assert end is None
         rest, end = events_from(b.http, tid, first[-1]["seq"])
@@ -86,11 +105,18 @@ def test_watch_url_resumes_after_the_server_restarts(store_url):
     port = free_port()
     server = Serve(store_url, port=port)
     text = " ".join(f"w{i}" for i in range(60))
-    tid = httpx.post(f"{server.http}/tasks", json={"task": "stream_text", "payload": {
-        "text": text, "tokens_per_second": 30}}).json()["id"]
-    watcher = subprocess.Popen([*TASKLAB, "watch", tid, "--url", server.http], cwd=ROOT,
-                               env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+    tid = httpx.post(
+        f"{server.http}/tasks",
+        json={"task": "stream_text", "payload": {"text": text, "tokens_per_second": 30}},
+    ).json()["id"]
+    watcher = subprocess.Popen(
+        [*TASKLAB, "watch", tid, "--url", server.http],
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.8)
     assert server.stop()[0] == 0  # the stream ends; the task is left to its lease
     server = Serve(store_url, port=port)
@@ -107,8 +133,12 @@ def test_watch_url_resumes_after_the_server_restarts(store_url):
 
 def test_sigterm_while_busy_exits_zero_and_keeps_queued_tasks(store_url):
     server = Serve(store_url, "--concurrency", "1")
-    tids = [httpx.post(f"{server.http}/tasks", json={"task": "t.echo", "payload": {
-        "value": i}}).json()["id"] for i in range(3)]
+    tids = [
+        httpx.post(f"{server.http}/tasks", json={"task": "t.echo", "payload": {"value": i}}).json()[
+            "id"
+        ]
+        for i in range(3)
+    ]
     code, report = server.stop()
     assert code == 0 and report["event"] == "stopped"
     from tests.conftest import make_app

@@ -281,17 +281,17 @@ async def async_echo(ctx: Any, value: Any = None) -> Any:
 
 
 @app.task(name="t.mark", retry_safe=True, max_attempts=50)
-def mark(ctx: Any, n: int) -> int:
+def mark(ctx: Any, n: int, ms: float = 2.0) -> int:
     """A short retry-safe task: an event, a few ms of work, its attempt as the result."""
     ctx.emit({"n": n, "attempt": ctx.attempt})
-    time.sleep(0.002)
+    time.sleep(ms / 1000)
     return int(ctx.attempt)
 
 
 @app.task(name="t.mark_unsafe", max_attempts=50)
-def mark_unsafe(ctx: Any, n: int) -> int:
+def mark_unsafe(ctx: Any, n: int, ms: float = 2.0) -> int:
     ctx.emit({"n": n, "attempt": ctx.attempt})
-    time.sleep(0.002)
+    time.sleep(ms / 1000)
     return int(ctx.attempt)
 
 

@@ -103,8 +103,9 @@ def test_end_send_failing_after_the_commit_leaves_the_committed_result(app, stor
             if b"event: end" in message.get("body", b""):
                 raise OSError("connection reset while sending end")
 
-        resp = EventStreamResponse(relay(task_events(app, hub, db, tid, 0, asyncio.Event())),
-                                   StreamLimiter(10))
+        resp = EventStreamResponse(
+            relay(task_events(app, hub, db, tid, 0, asyncio.Event())), StreamLimiter(10)
+        )
         await resp(_scope(), receive, send)
         hub.close()
         return resp.disconnected
@@ -137,8 +138,11 @@ def test_cleanup_after_success_never_turns_succeeded_into_cancelled(app):
             out = await db(app.cancel, tid, CancelReason.CLIENT_DISCONNECTED)
             answers.append(out.request_accepted)
 
-        resp = EventStreamResponse(relay(task_events(app, hub, db, tid, 0, asyncio.Event())),
-                                   StreamLimiter(10), on_disconnect=on_disconnect)
+        resp = EventStreamResponse(
+            relay(task_events(app, hub, db, tid, 0, asyncio.Event())),
+            StreamLimiter(10),
+            on_disconnect=on_disconnect,
+        )
         await resp(_scope(), receive, send)
         await on_disconnect()  # even an explicit late cancel changes nothing
         hub.close()

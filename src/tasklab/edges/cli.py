@@ -363,6 +363,48 @@ def bench_queue(
     out.print(json.dumps(report.conditions), highlight=False)
 
 
+@bench.command("runners")
+def bench_runners(
+    megabytes: Annotated[float, typer.Option("--mb", min=1.0)] = 24.0,
+    files: Annotated[int, typer.Option("--files", min=2)] = 8,
+    repeat: Annotated[int, typer.Option("--repeat", min=1)] = 3,
+    png: Annotated[str | None, typer.Option("--png", help="Write a chart here.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """wordfreq on thread, process and asyncio runners with 1 and 2 workers."""
+    from dataclasses import asdict
+
+    from tasklab.bench import runners
+
+    report = _guard(lambda: runners.run(megabytes, files, repeat))
+    if png:
+        runners.chart(report, png)
+    if as_json:
+        out.print_json(json.dumps(asdict(report)))
+        return
+    table = Table(
+        "runner",
+        "workers",
+        "wall s",
+        "CPU s",
+        "speed-up",
+        "per-task overhead",
+        title=f"tasklab bench runners — {report.corpus_mb} MB, {report.files} "
+        f"tasks, median of {report.repeat}",
+    )
+    for f in report.figures:
+        table.add_row(
+            f.kind,
+            str(f.workers),
+            f"{f.wall_s:.2f}",
+            f"{f.cpu_s:.2f}",
+            f"{f.speedup:.2f}×",
+            f"{f.overhead_ms:.2f} ms" if f.overhead_ms else "",
+        )
+    out.print(table)
+    out.print(json.dumps(report.conditions), highlight=False)
+
+
 if __name__ == "__main__":
     main()
 
