@@ -19,3 +19,18 @@ def noop(ctx: Any) -> None:
 def stamp(ctx: Any) -> float:
     """Returns the wall-clock time at which it started (enqueue→start latency)."""
     return time.time()
+
+
+@app.task(name="bench.emit")
+def emit(ctx: Any, n: int) -> int:
+    """n progress events as fast as the execution buffer takes them."""
+    for i in range(n):
+        ctx.emit({"i": i})
+    return n
+
+
+@app.task(name="bench.wait")
+def wait(ctx: Any, seconds: float = 600.0) -> str:
+    """Idles until cancelled (for idle subscribers)."""
+    ctx.sleep(seconds)
+    return "waited"

@@ -405,6 +405,38 @@ def bench_runners(
     out.print(json.dumps(report.conditions), highlight=False)
 
 
+@bench.command("serve")
+def bench_serve(
+    n: Annotated[int, typer.Option("--n", min=100)] = 2000,
+    events: Annotated[int, typer.Option("--events", min=100)] = 5000,
+    idle: Annotated[int, typer.Option("--idle", min=1, max=990)] = 990,
+    as_json: AsJson = False,
+) -> None:
+    """Submits/s over HTTP and JSON-lines, SSE events/s, resume time, idle memory."""
+    from tasklab.bench import serve as bench_serve_mod
+
+    report = _guard(lambda: bench_serve_mod.run(n, events, idle))
+    if as_json:
+        out.print_json(json.dumps(report.to_json()))
+        return
+    table = Table("figure", "value", title="tasklab bench serve")
+    table.add_row("HTTP submits", f"{report.http_submits_per_s:,}/s")
+    table.add_row("JSON-lines submits", f"{report.jsonl_submits_per_s:,}/s")
+    for subs, rate in report.sse_events_per_s.items():
+        table.add_row(f"SSE events delivered, {subs} subscriber(s)", f"{rate:,}/s")
+    table.add_row(
+        "resume (reconnect → first event)",
+        f"p50 {report.resume_ms['p50']} ms, max {report.resume_ms['max']} ms",
+    )
+    rss = report.rss_mb
+    table.add_row(
+        f"server RSS, {report.idle_subscribers} idle subscribers",
+        f"{rss['before']} → {rss['with_idle']} MB ({rss['per_stream_kb']} KB each)",
+    )
+    out.print(table)
+    out.print(json.dumps(report.conditions), highlight=False)
+
+
 if __name__ == "__main__":
     main()
 

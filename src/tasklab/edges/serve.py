@@ -106,8 +106,15 @@ class Service:
             token=opts.token,
             on_cancelled=self._count_cancelled,
         ).start()
-        sock = socket.socket(socket.AF_INET6 if ":" in opts.host else socket.AF_INET)
+        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so, and
+        # without it every response pays Nagle + delayed ACK (~40 ms) on keep-alive.
+        sock = socket.socket(
+            socket.AF_INET6 if ":" in opts.host else socket.AF_INET,
+            socket.SOCK_STREAM,
+            socket.IPPROTO_TCP,
+        )
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((opts.host, opts.port))
         config = uvicorn.Config(
             api,

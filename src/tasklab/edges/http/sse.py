@@ -50,9 +50,10 @@ async def task_events(
         changed = hub.current()
         snap: TaskSnapshot = await to_thread(app.store.get, task_id)
         events: list[Event] = await to_thread(app.store.events, task_id, last, page)
-        for ev in events:
-            yield format_event(ev)
-            last = ev.seq
+        if events:
+            # one write per page: fewer sends, and the disconnect listener gets a turn
+            yield b"".join(format_event(ev) for ev in events)
+            last = events[-1].seq
         if len(events) == page:
             continue  # more to replay before waiting
         if snap.terminal:
