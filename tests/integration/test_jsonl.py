@@ -211,7 +211,8 @@ def sqlite_app(tmp_path_factory):  # type: ignore[no-untyped-def]
 
     app = make_app(f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'f.db'}")
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
     server = asyncio.run_coroutine_threadsafe(
         JsonLinesServer(app, db, port=0, read_timeout=1).start(), loop
     ).result()
@@ -226,4 +227,6 @@ def sqlite_app(tmp_path_factory):  # type: ignore[no-untyped-def]
     yield app, {"port": server.port, "submitted": submitted}
     asyncio.run_coroutine_threadsafe(server.close(0), loop).result()
     loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
     app.close()
