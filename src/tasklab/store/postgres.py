@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from tasklab.core.models import NewTask
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.sqlstore import SqlStore
@@ -87,6 +88,19 @@ class PostgresStore(SqlStore):
                 if version > done:
                     conn.execute(self.q[name].replace("%%", "%"))
                     conn.execute(self.q["schema_version_set"], {"version": version})
+
+    def _insert_batch(self, conn: Any, items: list[NewTask]) -> list[Any]:
+        # executemany pipelines the statements: one round trip for the batch, not one each
+        with conn.cursor() as cur:
+            cur.executemany(
+                self.q["insert_task"], [self._insert_params(i) for i in items], returning=True
+            )
+            rows = []
+            while True:
+                rows.extend(cur.fetchall())
+                if not cur.nextset():
+                    break
+        return rows
 
     def _dt(self, value: Any) -> datetime | None:
         return value.astimezone(UTC) if value is not None else None

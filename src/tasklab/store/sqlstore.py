@@ -154,29 +154,37 @@ class SqlStore:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
         with self._write() as conn:
-            rows = [self._insert(conn, item) for item in items]
+            if len(items) > 1 and all(i.idempotency_key is None for i in items):
+                rows = [(row, True) for row in self._insert_batch(conn, items)]
+            else:
+                rows = [self._insert(conn, item) for item in items]
         return [(self._snapshot(row), created) for row, created in rows]
 
+    @staticmethod
+    def _insert_params(item: NewTask) -> dict[str, Any]:
+        return {
+            "id": new_task_id(),
+            "task": item.task,
+            "payload": dumps(item.payload),
+            "max_attempts": item.max_attempts,
+            "retry_safe": item.retry_safe,
+            "request_bound": item.request_bound,
+            "timeout": item.timeout,
+            "idempotency_key": item.idempotency_key,
+        }
+
+    def _insert_batch(self, conn: Any, items: list[NewTask]) -> list[Row]:
+        """Many new tasks without idempotency keys (a store may pipeline them)."""
+        return [self._one(conn, "insert_task", **self._insert_params(i)) for i in items]
+
     def _insert(self, conn: Any, item: NewTask) -> tuple[Row, bool]:
-        payload = dumps(item.payload)
-        row = self._one(
-            conn,
-            "insert_task",
-            id=new_task_id(),
-            task=item.task,
-            payload=payload,
-            max_attempts=item.max_attempts,
-            retry_safe=item.retry_safe,
-            request_bound=item.request_bound,
-            timeout=item.timeout,
-            idempotency_key=item.idempotency_key,
-        )
+        row = self._one(conn, "insert_task", **self._insert_params(item))
         if row is not None:
             return row, True
         # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
         # concurrent submit, which this statement waited for).
         existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-        self._existing(existing, item, payload)
+        self._existing(existing, item, dumps(item.payload))
         return existing, False
 
     @staticmethod
