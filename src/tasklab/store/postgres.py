@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 from tasklab.core.models import NewTask
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
+from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
 MIGRATIONS = ["schema_1"]
@@ -52,8 +53,7 @@ class PostgresStore(SqlStore):
         self._presence_lock = threading.Lock()
         self._presence_count = 0
         self._presence_conn: psycopg.Connection[Any] | None = None
-        self._cond = threading.Condition()
-        self._token = 0
+        self._signal = ChangeSignal()
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrate()
@@ -142,19 +142,14 @@ class PostgresStore(SqlStore):
     # ---- change notification -------------------------------------------------------
     def change_token(self) -> int:
         self._ensure_listener()
-        with self._cond:
-            return self._token
+        return self._signal.token()
 
     def wait_change(self, token: int, timeout: float) -> int:
         self._ensure_listener()
-        with self._cond:
-            self._cond.wait_for(lambda: self._token != token, timeout)
-            return self._token
+        return self._signal.wait(token, timeout)
 
     def wake(self) -> None:
-        with self._cond:
-            self._token += 1
-            self._cond.notify_all()
+        self._signal.bump()
 
     def _ensure_listener(self) -> None:
         if self._listener is None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
+from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
 _UNIX_EPOCH_JD = 2440587.5
@@ -65,8 +66,7 @@ class SQLiteStore(SqlStore):
         self._presence_count = 0
         self._presence_fd: int | None = None
         self._watch_interval = watch_interval
-        self._watch_cond = threading.Condition()
-        self._watch_token = 0
+        self._signal = ChangeSignal()
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrate()
@@ -193,15 +193,12 @@ class SQLiteStore(SqlStore):
     # ---- change notification -------------------------------------------------------
     def change_token(self) -> int:
         self._ensure_watcher()
-        with self._watch_cond:
-            return self._watch_token
+        return self._signal.token()
 
     def wait_change(self, token: int, timeout: float) -> int:
         """Block until any commit (from any process) after `token`, or the timeout."""
         self._ensure_watcher()
-        with self._watch_cond:
-            self._watch_cond.wait_for(lambda: self._watch_token != token, timeout)
-            return self._watch_token
+        return self._signal.wait(token, timeout)
 
     def _ensure_watcher(self) -> None:
         if self._watcher is None:
@@ -229,9 +226,7 @@ class SQLiteStore(SqlStore):
     def wake(self) -> None:
         """Wake local waiters now (commits from this process are also seen by the
         watcher; this just saves the poll interval)."""
-        with self._watch_cond:
-            self._watch_token += 1
-            self._watch_cond.notify_all()
+        self._signal.bump()
 
     def close(self) -> None:
         self._closed.set()
