@@ -8,6 +8,7 @@ code except `transactional=True` tasks, whose whole run is one transaction.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 import os
 import secrets
@@ -20,6 +21,7 @@ from tasklab.core.context import TaskContext
 from tasklab.core.models import (
     CancelOutcome,
     Claim,
+    EffectRecord,
     Event,
     NewTask,
     Outcome,
@@ -204,7 +206,7 @@ class TaskApp:
                 raise InvalidPayload(
                     f"unknown state {state!r}; one of {[s.value for s in State]}"
                 ) from None
-        return self.store.list(state, limit, cursor)
+        return self.store.page(state, limit, cursor)
 
     def counts(self) -> dict[str, int]:
         return self.store.counts()
@@ -273,7 +275,7 @@ class TaskApp:
 
         return body
 
-    def recover_running(self) -> list[str]:
+    def recover_running(self) -> builtins.list[str]:
         """Exclusive recovery: raises `WorkerAlive` while another executor lives; else
         settles every running/cancel_requested task as a lease expiry would."""
         return self.store.recover_running(self.settings.backoff)
@@ -335,11 +337,18 @@ class _TxContextPort:
     def heartbeat(self) -> None:
         return None
 
-    def effect_get(self, key: str) -> Any:
-        raise InvalidPayload(
-            "ctx.effect() is for leased tasks; a transactional task's "
-            "effects are its own database writes"
-        )
+    def effect_get(self, key: str) -> EffectRecord:
+        raise _no_effects()
 
-    effect_start = effect_get
-    effect_done = effect_get
+    def effect_start(self, key: str) -> None:
+        raise _no_effects()
+
+    def effect_done(self, key: str, result: Any) -> None:
+        raise _no_effects()
+
+
+def _no_effects() -> InvalidPayload:
+    return InvalidPayload(
+        "ctx.effect() is for leased tasks; a transactional task's effects are its own "
+        "database writes"
+    )

@@ -106,16 +106,16 @@ def test_list_newest_first_with_keyset_cursor(store):
     seen: list[str] = []
     cursor = None
     while True:
-        page = store.list(None, 3, cursor)
+        page = store.page(None, 3, cursor)
         seen += [s.id for s in page.items]
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     assert seen == sorted(ids, reverse=True)
     claim_one(store)
-    assert [s.state for s in store.list(State.RUNNING, 10, None).items] == [State.RUNNING]
+    assert [s.state for s in store.page(State.RUNNING, 10, None).items] == [State.RUNNING]
     with pytest.raises(InvalidPayload):
-        store.list(None, 3, "!!not-a-cursor!!")
+        store.page(None, 3, "!!not-a-cursor!!")
 
 
 def test_counts_has_every_state(store):

@@ -25,8 +25,8 @@ class Backoff:
     def delay(self, attempt: int, rnd: random.Random | None = None) -> float:
         """Delay before attempt `attempt + 1`, for an attempt number >= 1: 1 s doubling
         to the cap, with jitter so that a herd of retries spreads out."""
-        raw = min(self.cap, self.base * (2 ** max(0, attempt - 1)))
-        r = (rnd or random).uniform(-self.jitter, self.jitter)
+        raw = min(self.cap, self.base * 2.0 ** max(0, attempt - 1))
+        r: float = (rnd or random).uniform(-self.jitter, self.jitter)
         return max(0.0, raw * (1 + r))
 
 

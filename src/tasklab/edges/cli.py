@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -82,7 +82,7 @@ def _guard(fn: Callable[[], T]) -> T:
         _fail(exc, 1)
 
 
-def _fail(exc: BaseException, code: int) -> Any:
+def _fail(exc: BaseException, code: int) -> NoReturn:
     name = getattr(exc, "code", type(exc).__name__)
     err.print(f"error: {name}: {exc}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -211,7 +211,7 @@ def recover(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -
 def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
     """Counts per state and the recovery-health counters."""
     with _app(db, app) as a:
-        doc = {
+        doc: dict[str, Any] = {
             "counts": _guard(a.counts),
             "counters": a.store.counters(),
             "workers": a.store.workers(),

@@ -104,7 +104,7 @@ def watch_http(
                     raise
             time.sleep(min(2.0, 0.1 * failures))
     _summary(console, final, as_json)
-    return final
+    return dict(final)
 
 
 def _follow(base: str, task_id: str, view: _View, headers: dict[str, str]) -> Any:
@@ -133,7 +133,7 @@ def _follow(base: str, task_id: str, view: _View, headers: dict[str, str]) -> An
 
 def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
     """Parse an SSE line stream into (event, data) pairs (comments skipped)."""
-    etype, data = "message", []
+    etype, data = "message", list[str]()
     for line in lines:
         if not line:
             if data:

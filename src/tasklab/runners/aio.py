@@ -112,7 +112,11 @@ async def run_async_execution(
     ex.inline_flush = False
     task = asyncio.current_task()
     assert task is not None
-    ex.stop_hooks.append(lambda: loop.call_soon_threadsafe(task.cancel))
+
+    def cancel_task() -> None:
+        loop.call_soon_threadsafe(task.cancel)
+
+    ex.stop_hooks.append(cancel_task)
     app.monitor.add(ex)
     try:
         try:
@@ -154,7 +158,10 @@ async def finalize(
     end = time.monotonic() + deadline
     while True:
         try:
-            return await asyncio.wait_for(asyncio.shield(write), max(0.0, end - time.monotonic()))  # type: ignore[no-any-return]
+            state: State | None = await asyncio.wait_for(
+                asyncio.shield(write), max(0.0, end - time.monotonic())
+            )
+            return state
         except TimeoutError:
             ex.lost = True  # stop heartbeats: the lease will expire, recovery decides
             # counted from a thread, not awaited: the database may be what is stuck

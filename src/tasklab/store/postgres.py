@@ -129,7 +129,8 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
         with self._dedicated() as conn:
-            if not conn.execute(self.q["exclusive_try"]).fetchone()["ok"]:
+            row = conn.execute(self.q["exclusive_try"]).fetchone()
+            if row is None or not row["ok"]:
                 raise WorkerAlive(
                     "another executor is alive (it holds the advisory presence lock); "
                     "stop it before exclusive recovery"

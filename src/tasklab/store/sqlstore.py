@@ -114,6 +114,12 @@ class SqlStore:
     def _all(self, conn: Any, query: str, /, **params: Any) -> list[Row]:
         return list(self._x(conn, query, **params).fetchall())
 
+    def _at(self, value: Any) -> datetime:
+        """A NOT NULL time column."""
+        at = self._dt(value)
+        assert at is not None
+        return at
+
     def _snapshot(self, row: Row) -> TaskSnapshot:
         error = (
             ErrorInfo(row["error_code"], row["error_message"] or "") if row["error_code"] else None
@@ -130,7 +136,7 @@ class SqlStore:
             error=error,
             cancel_reason=CancelReason(row["cancel_reason"]) if row["cancel_reason"] else None,
             idempotency_key=row["idempotency_key"],
-            created_at=self._dt(row["created_at"]),  # type: ignore[arg-type]
+            created_at=self._at(row["created_at"]),
             started_at=self._dt(row["started_at"]),
             finished_at=self._dt(row["finished_at"]),
             lease_owner=row["lease_owner"],
@@ -215,7 +221,7 @@ class SqlStore:
             raise TaskNotFound(f"no task with id {task_id!r}")
         return self._snapshot(row)
 
-    def list(self, state: State | None, limit: int, cursor: str | None) -> Page:
+    def page(self, state: State | None, limit: int, cursor: str | None) -> Page:
         limit = max(1, min(int(limit), 1000))
         after = decode_cursor(cursor)
         with self._read() as conn:
@@ -254,8 +260,8 @@ class SqlStore:
                 r["attempt"],
                 r["type"],
                 json.loads(r["data"]),
-                self._dt(r["at"]),
-            )  # type: ignore[arg-type]
+                self._at(r["at"]),
+            )
             for r in rows
         ]
 

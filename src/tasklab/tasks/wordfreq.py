@@ -85,7 +85,9 @@ def load_text(data_dir: Any, text: str | None, path: str | None) -> str:
     return text or ""
 
 
-def wordfreq(ctx: Any, text: str | None = None, path: str | None = None, top: int = 10) -> dict:
+def wordfreq(
+    ctx: Any, text: str | None = None, path: str | None = None, top: int = 10
+) -> dict[str, Any]:
     """Count words (`\\w+` of the casefolded text); top words by count, then word."""
     counting = count(load_text(ctx.data_dir, text, path), top)
     while True:
@@ -99,7 +101,7 @@ def wordfreq(ctx: Any, text: str | None = None, path: str | None = None, top: in
 
 async def wordfreq_async(
     ctx: Any, text: str | None = None, path: str | None = None, top: int = 10
-) -> dict:
+) -> dict[str, Any]:
     """The same counting generator, driven from the event loop (each chunk is a short
     burst of CPU between awaits)."""
     counting = count(load_text(ctx.data_dir, text, path), top)
