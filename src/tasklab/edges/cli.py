@@ -367,7 +367,7 @@ def bench_queue(
 def bench_runners(
     megabytes: Annotated[float, typer.Option("--mb", min=1.0)] = 24.0,
     files: Annotated[int, typer.Option("--files", min=2)] = 8,
-    repeat: Annotated[int, typer.Option("--repeat", min=1)] = 3,
+    repeat: Annotated[int, typer.Option("--repeat", min=1)] = 5,
     png: Annotated[str | None, typer.Option("--png", help="Write a chart here.")] = None,
     as_json: AsJson = False,
 ) -> None:
