@@ -288,3 +288,12 @@ def test_non_loopback_bind_needs_a_token(app):
         check_binding(ServeOptions(host="0.0.0.0"))
     check_binding(ServeOptions(host="0.0.0.0", token="t"))
     check_binding(ServeOptions(host="::1"))
+
+
+def test_a_serving_process_counts_as_an_executor_even_without_a_worker(app):
+    from tasklab import WorkerAlive
+
+    with ServiceThread(app, embed_worker=False):
+        with pytest.raises(WorkerAlive):
+            app.recover_running()
+    assert app.recover_running() == []

@@ -90,6 +90,10 @@ class Service:
     async def start(self) -> Service:
         app, opts, state = self.app, self.opts, self.state
         state.hub = ChangeHub(app.store, asyncio.get_running_loop())
+        # The server runs request-bound tasks itself: it is an executor for its whole
+        # life (exclusive recovery must refuse while it lives), with or without a worker.
+        self._presence = app.store.executor_presence()
+        await state.db(self._presence.__enter__)
         api = create_app(state)
         self.worker = None
         if opts.embed_worker:
@@ -154,6 +158,7 @@ class Service:
             for t in still:
                 t.cancel()
         worker_report = await state.db(self.worker.stop) if self.worker else None
+        await state.db(self._presence.__exit__, None, None, None)
         state.hub.close()
         return {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}
 

@@ -50,10 +50,11 @@ async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamRespon
 
 
 async def run_bound(state: ServerState, claim: Claim, spec: TaskDef) -> Any:
+    """The server holds the executor-presence lock for its whole life (see Service), so
+    nothing here touches the lock — or blocks the loop on it."""
     app = state.app
-    with app.store.executor_presence():
-        if spec.is_async or spec.async_fn is not None:
-            from tasklab.runners.aio import run_async_execution
+    if spec.is_async or spec.async_fn is not None:
+        from tasklab.runners.aio import run_async_execution
 
-            return await run_async_execution(app, claim, spec)
-        return await state.db(app.execute, claim)
+        return await run_async_execution(app, claim, spec)
+    return await state.db(app.execute, claim)
