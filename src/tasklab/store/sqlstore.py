@@ -285,6 +285,8 @@ class SqlStore:
         if not names or limit <= 0:
             return []
         with self._write() as conn:
+            if "claim_setup" in self.q:
+                self._x(conn, "claim_setup")
             rows = self._all(
                 conn,
                 "claim_next",
@@ -324,7 +326,7 @@ class SqlStore:
     def _fenced(self, conn: Any, claim: Claim, events: list[PendingEvent]) -> Row:
         row = self._fence(conn, claim, events)
         if row is None:
-            raise _lost(claim)
+            raise lease_lost(claim)
         return row
 
     def _fence(self, conn: Any, claim: Claim, events: list[PendingEvent]) -> Row | None:
@@ -333,16 +335,8 @@ class SqlStore:
         if row is None:
             return None
         first = int(row["event_seq"]) - len(events) + 1
-        for i, (etype, data) in enumerate(events):
-            self._x(
-                conn,
-                "insert_event",
-                task_id=claim.task_id,
-                seq=first + i,
-                attempt=claim.attempt,
-                type=etype,
-                data=dumps(data),
-            )
+        for params in self._event_params(claim, first, events):
+            self._x(conn, "insert_event", **params)
         return row
 
     def append_events(self, claim: Claim, events: list[PendingEvent]) -> int:
@@ -369,7 +363,7 @@ class SqlStore:
             for claim, outcome, events in items:
                 row = self._fence(conn, claim, events)
                 if row is None:
-                    results.append(_lost(claim))
+                    results.append(lease_lost(claim))
                     continue
                 current = State(row["state"])
                 settled = settle(current, outcome)
@@ -388,24 +382,39 @@ class SqlStore:
         query: str,
         **extra: Any,
     ) -> bool:
-        changed = self._x(
-            conn,
-            query,
-            id=task_id,
-            epoch=epoch,
-            from_state=current.value,
-            state=s.state.value,
-            result=dumps(s.result) if s.state is State.SUCCEEDED else None,
-            error_code=s.error.code if s.error else None,
-            error_message=s.error.message if s.error else None,
-            reason=s.reason.value if s.reason else None,
-            terminal=s.state.terminal,
-            delay=s.delay,
-            **extra,
-        ).rowcount
+        params = self._settle_params(task_id, epoch, current, s)
+        changed = self._x(conn, query, **params, **extra).rowcount
         if changed and s.state.terminal:
             self._x(conn, "insert_outbox", event_id=uuid.uuid4().hex, task_id=task_id)
         return bool(changed)
+
+    @staticmethod
+    def _settle_params(task_id: str, epoch: int, current: State, s: Settlement) -> dict[str, Any]:
+        return {
+            "id": task_id,
+            "epoch": epoch,
+            "from_state": current.value,
+            "state": s.state.value,
+            "result": dumps(s.result) if s.state is State.SUCCEEDED else None,
+            "error_code": s.error.code if s.error else None,
+            "error_message": s.error.message if s.error else None,
+            "reason": s.reason.value if s.reason else None,
+            "terminal": s.state.terminal,
+            "delay": s.delay,
+        }
+
+    @staticmethod
+    def _event_params(claim: Claim, first: int, events: list[PendingEvent]) -> list[dict[str, Any]]:
+        return [
+            {
+                "task_id": claim.task_id,
+                "seq": first + i,
+                "attempt": claim.attempt,
+                "type": etype,
+                "data": dumps(data),
+            }
+            for i, (etype, data) in enumerate(events)
+        ]
 
     def release(self, claim: Claim) -> bool:
         with self._write() as conn:
@@ -580,7 +589,7 @@ class _TxPort:
             self._store._fenced(self.connection, self._claim, self._written)
 
 
-def _lost(claim: Claim) -> LeaseLost:
+def lease_lost(claim: Claim) -> LeaseLost:
     return LeaseLost(
         f"task {claim.task_id} epoch {claim.epoch}: the claim no longer holds "
         "(reassigned, expired or no longer live)"

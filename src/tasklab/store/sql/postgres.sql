@@ -83,9 +83,17 @@ BEGIN
     PERFORM pg_notify('tasklab', NEW.task_id);
     RETURN NULL;
 END $$ LANGUAGE plpgsql;
+-- Only what a waiter acts on: a new task, a state change other than a claim (re-queued,
+-- cancel requested, terminal). Claims, heartbeats and event counters notify nobody: at
+-- a few hundred a second they would flood every listener.
 DROP TRIGGER IF EXISTS tasks_notify ON tasks;
-CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE ON tasks
+DROP TRIGGER IF EXISTS tasks_notify_insert ON tasks;
+CREATE TRIGGER tasks_notify_insert AFTER INSERT ON tasks
     FOR EACH ROW EXECUTE FUNCTION tasklab_notify_task();
+DROP TRIGGER IF EXISTS tasks_notify_state ON tasks;
+CREATE TRIGGER tasks_notify_state AFTER UPDATE OF state ON tasks
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.state <> 'running')
+    EXECUTE FUNCTION tasklab_notify_task();
 DROP TRIGGER IF EXISTS events_notify ON events;
 CREATE TRIGGER events_notify AFTER INSERT ON events
     FOR EACH ROW EXECUTE FUNCTION tasklab_notify_event();
@@ -153,6 +161,12 @@ WHERE id = :id AND state = 'queued';
 UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
 WHERE id = :id AND state = 'running';
 
+-- name: claim_setup
+-- Queue tables defeat the planner: its statistics say "no queued rows" moments before
+-- thousands arrive, and it then sorts every queued row. Walk the claimable index in
+-- order instead (for this transaction only).
+SET LOCAL enable_sort = off;
+
 -- name: claim_next
 -- Claim up to :limit runnable tasks of the given names; SKIP LOCKED lets many workers
 -- claim at once without waiting on each other.
@@ -194,6 +208,15 @@ UPDATE tasks SET event_seq = event_seq + :n
 WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
   AND lease_until > clock_timestamp()
 RETURNING state, attempt, max_attempts, retry_safe, event_seq;
+
+-- name: fence_many
+-- The fencing check for a batch of claims at once (arrays of ids, epochs, event counts).
+UPDATE tasks t SET event_seq = t.event_seq + v.n
+FROM unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[]), CAST(:ns AS INTEGER[]))
+    AS v(id, epoch, n)
+WHERE t.id = v.id AND t.epoch = v.epoch AND t.state IN ('running', 'cancel_requested')
+  AND t.lease_until > clock_timestamp()
+RETURNING t.id, t.epoch, t.state, t.event_seq;
 
 -- name: insert_event
 -- One event, numbered by the task's counter.
