@@ -355,19 +355,20 @@ def test_request_bound_tasks_are_claimed_only_by_their_request(store, reader):
 
 
 def test_finish_many_fences_each_claim_on_its_own(store, reader):
-    (a, _), (b, _), (c, _) = store.submit([new(retry_safe=True, max_attempts=3),
-                                           new(), new()])
+    (a, _), (b, _), (c, _) = store.submit([new(retry_safe=True, max_attempts=3), new(), new()])
     claims = store.claim(NAMES, 3, "w", 5.0)
     by_id = {cl.task_id: cl for cl in claims}
     store.release(by_id[a.id])  # a's claim is stale now (re-claimed below, new epoch)
     fresh_a = store.claim(NAMES, 1, "w2", 5.0)[0]
     store.cancel(c.id, CancelReason.USER)
-    results = store.finish_many([
-        (by_id[a.id], Outcome.returned("stale"), [("progress", "stale")]),
-        (by_id[b.id], Outcome.returned("b"), [("progress", 1), ("chunk", {"text": "x"})]),
-        (by_id[c.id], Outcome.returned("c"), []),
-        (fresh_a, Outcome.returned("fresh"), [("progress", "fresh")]),
-    ])
+    results = store.finish_many(
+        [
+            (by_id[a.id], Outcome.returned("stale"), [("progress", "stale")]),
+            (by_id[b.id], Outcome.returned("b"), [("progress", 1), ("chunk", {"text": "x"})]),
+            (by_id[c.id], Outcome.returned("c"), []),
+            (fresh_a, Outcome.returned("fresh"), [("progress", "fresh")]),
+        ]
+    )
     assert isinstance(results[0], LeaseLost)
     assert results[1:] == [State.SUCCEEDED, State.CANCELLED, State.SUCCEEDED]
     assert reader.get(a.id).result == "fresh"

@@ -10,6 +10,7 @@ the runner closes, else `user`); a claim is released back to `queued`.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from tasklab.app import TaskApp
 
 
-class BaseRunner:
+class BaseRunner(ABC):
     kind = "runner"
 
     def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
@@ -38,17 +39,21 @@ class BaseRunner:
         self._presence: Any = None
 
     # ---- to be provided ------------------------------------------------------------
+    @abstractmethod
     def _start_task(self, task_id: str) -> Future[Any]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _start_claim(self, claim: Claim) -> Future[Any]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _shutdown_executor(self) -> None:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _abandon_executor(self) -> None:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
     # ---- the interface -------------------------------------------------------------
     def submit(self, task_id: str) -> Future[Any]:

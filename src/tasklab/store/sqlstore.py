@@ -15,6 +15,7 @@ import re
 import secrets
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -73,7 +74,7 @@ def decode_cursor(cursor: str | None) -> str | None:
     return value
 
 
-class SqlStore:
+class SqlStore(ABC):
     """Shared implementation; subclasses provide the dialect hooks below."""
 
     url: str
@@ -84,23 +85,29 @@ class SqlStore:
         self.faults = Faults()
 
     # ---- dialect hooks -------------------------------------------------------------
+    @abstractmethod
     def _read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _write(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _dt(self, value: Any) -> datetime | None:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _list_param(self, values: list[str]) -> Any:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def executor_presence(self) -> AbstractContextManager[None]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
+    @abstractmethod
     def _exclusive(self) -> AbstractContextManager[None]:
-        raise NotImplementedError  # pragma: no cover - abstract
+        """Provided by each implementation."""
 
     # ---- helpers -------------------------------------------------------------------
     def _x(self, conn: Any, query: str, /, **params: Any) -> Any:
