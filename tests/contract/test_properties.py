@@ -59,10 +59,12 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 50))
     def emit(self, i: int) -> None:
         if self.claims:
+            claim = self.claims[i % len(self.claims)]
+            before = self.reader.events(claim.task_id)
             try:
-                self.store.append_events(self.claims[i % len(self.claims)], [("progress", i)])
-            except LeaseLost:
-                pass
+                self.store.append_events(claim, [("progress", i)])
+            except LeaseLost:  # a stale claim: nothing may have been written
+                assert self.reader.events(claim.task_id) == before
 
     @rule(i=st.integers(0, 50), kind=st.sampled_from(["return", "fail", "cancel", "retry"]))
     def finish(self, i: int, kind: str) -> None:

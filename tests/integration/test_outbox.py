@@ -31,7 +31,7 @@ class Receiver:
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
-                pass
+                return None  # keep test output quiet
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"

@@ -85,7 +85,7 @@ def test_submit_after_shutdown_is_refused(app):
 
     tid = app.submit("t.echo", {"value": 1})
     with ThreadTaskRunner(app, workers=1) as runner:
-        pass
+        assert runner.free_slots == 1
     with pytest.raises(ShuttingDown):
         runner.submit(tid)
     assert app.query(tid).state is State.QUEUED
