@@ -54,9 +54,7 @@ class PostgresStore(SqlStore):
             self._pool.wait(timeout=10)
         except (psycopg.Error, Exception) as exc:
             raise StoreError(f"cannot connect to PostgreSQL at {url}: {exc}") from exc
-        self._presence_lock = threading.Lock()
-        self._presence_count = 0
-        self._presence_conn: psycopg.Connection[Any] | None = None
+        self._listener_lock = threading.Lock()
         self._signal = ChangeSignal()
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
@@ -158,22 +156,13 @@ class PostgresStore(SqlStore):
         return list(values)
 
     # ---- liveness ------------------------------------------------------------------
-    @contextmanager
-    def executor_presence(self) -> Iterator[None]:
-        with self._presence_lock:
-            if self._presence_count == 0:
-                conn = self._dedicated()
-                conn.execute(self.q["presence_lock"])
-                self._presence_conn = conn
-            self._presence_count += 1
-        try:
-            yield
-        finally:
-            with self._presence_lock:
-                self._presence_count -= 1
-                if self._presence_count == 0 and self._presence_conn is not None:
-                    self._presence_conn.close()  # the session's locks go with it
-                    self._presence_conn = None
+    def _hold_presence(self) -> psycopg.Connection[Any]:
+        conn = self._dedicated()
+        conn.execute(self.q["presence_lock"])
+        return conn
+
+    def _drop_presence(self, handle: psycopg.Connection[Any]) -> None:
+        handle.close()  # the session's advisory locks go with it
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -203,7 +192,7 @@ class PostgresStore(SqlStore):
 
     def _ensure_listener(self) -> None:
         if self._listener is None:
-            with self._presence_lock:
+            with self._listener_lock:
                 if self._listener is None:
                     ready = threading.Event()
                     self._listener = threading.Thread(
@@ -236,6 +225,6 @@ class PostgresStore(SqlStore):
         self._closed.set()
         if self._listener is not None:
             self._listener.join(timeout=2)
-        if self._presence_conn is not None:
-            self._presence_conn.close()
+        if self._presence_handle is not None:
+            self._presence_handle.close()
         self._pool.close()

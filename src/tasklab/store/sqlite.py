@@ -62,9 +62,6 @@ class SQLiteStore(SqlStore):
         self._all_conns: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self.q = queries.load("sqlite")
-        self._presence_lock = threading.Lock()
-        self._presence_count = 0
-        self._presence_fd: int | None = None
         self._watch_interval = watch_interval
         self._signal = ChangeSignal()
         self._watcher: threading.Thread | None = None
@@ -156,24 +153,13 @@ class SQLiteStore(SqlStore):
     def lock_path(self) -> Path:
         return self.path.with_name(self.path.name + ".executors.lock")
 
-    @contextmanager
-    def executor_presence(self) -> Iterator[None]:
-        """Hold the shared liveness lock while any executor of this store object runs.
-        Blocks while an exclusive recovery is in progress."""
-        with self._presence_lock:
-            if self._presence_count == 0:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                self._presence_fd = fd
-            self._presence_count += 1
-        try:
-            yield
-        finally:
-            with self._presence_lock:
-                self._presence_count -= 1
-                if self._presence_count == 0 and self._presence_fd is not None:
-                    os.close(self._presence_fd)  # closing drops the flock
-                    self._presence_fd = None
+    def _hold_presence(self) -> int:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd
+
+    def _drop_presence(self, handle: int) -> None:
+        os.close(handle)  # closing drops the flock
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:

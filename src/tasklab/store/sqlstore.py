@@ -13,11 +13,12 @@ import json
 import os
 import re
 import secrets
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -83,6 +84,9 @@ class SqlStore(ABC):
 
     def __init__(self) -> None:
         self.faults = Faults()
+        self._presence_lock = threading.Lock()
+        self._presence_count = 0
+        self._presence_handle: Any = None
 
     # ---- dialect hooks -------------------------------------------------------------
     @abstractmethod
@@ -101,9 +105,30 @@ class SqlStore(ABC):
     def _list_param(self, values: list[str]) -> Any:
         """Provided by each implementation."""
 
+    @contextmanager
+    def executor_presence(self) -> Iterator[None]:
+        """Hold the liveness lock while any executor of this store object runs
+        (reference-counted); waits while an exclusive recovery is in progress."""
+        with self._presence_lock:
+            if self._presence_count == 0:
+                self._presence_handle = self._hold_presence()
+            self._presence_count += 1
+        try:
+            yield
+        finally:
+            with self._presence_lock:
+                self._presence_count -= 1
+                if self._presence_count == 0:
+                    handle, self._presence_handle = self._presence_handle, None
+                    self._drop_presence(handle)
+
     @abstractmethod
-    def executor_presence(self) -> AbstractContextManager[None]:
-        """Provided by each implementation."""
+    def _hold_presence(self) -> Any:
+        """Take the shared liveness lock; returns what releases it."""
+
+    @abstractmethod
+    def _drop_presence(self, handle: Any) -> None:
+        """Release what `_hold_presence` returned."""
 
     @abstractmethod
     def _exclusive(self) -> AbstractContextManager[None]:
