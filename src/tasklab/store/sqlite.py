@@ -66,6 +66,7 @@ class SQLiteStore(SqlStore):
         self._signal = ChangeSignal()
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
+        self._write_lock = _process_write_lock(self.path)  # resolved once, not per write
         self._migrate()
 
     # ---- connections ---------------------------------------------------------------
@@ -115,7 +116,7 @@ class SQLiteStore(SqlStore):
         # The in-process lock first: SQLite's busy handler backs off by sleeping (1, 2,
         # 5, 10 … ms), so writers of one process queue on a Python lock instead, and
         # only writers of other processes meet the busy handler.
-        with _process_write_lock(self.path), self._conn() as conn:
+        with self._write_lock, self._conn() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
