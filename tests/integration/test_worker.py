@@ -108,3 +108,18 @@ def test_settings_default_values():
     assert (s.lease, s.drain_timeout, s.finalization, s.process_grace) == (30, 10, 5, 5)
     assert s.heartbeat_every == 10 and s.reap_every == 7.5
     assert (s.flush_interval, s.flush_bytes) == (0.05, 4096)
+
+
+def test_backlog_claims_keep_their_leases_while_they_wait(store_url):
+    """A claim waiting behind a slow task for longer than the lease must not expire:
+    it never ran, so outcome_unknown would be a lie."""
+    app = make_app(store_url, lease=1.0)
+    slow = app.submit("t.busy", {"seconds": 2.5})
+    waiting = app.submit("t.echo", {"value": "after"})
+    with app.worker(concurrency=1, backlog=1):
+        wait_for(lambda: app.query(waiting).state is State.RUNNING)  # claimed, not started
+        snap = wait_for(lambda: (s := app.query(waiting)).terminal and s, timeout=15)
+    assert snap.state is State.SUCCEEDED and snap.attempt == 1 and snap.result == "after"
+    assert app.query(slow).state is State.SUCCEEDED
+    assert app.store.counters()["expired_leases"] == 0
+    app.close()

@@ -122,6 +122,7 @@ class Worker:
                 got = self._claim_some(free)
                 now = time.monotonic()
                 if now >= next_reap:
+                    self._renew_waiting()
                     store.expire(settings.backoff)
                     next_reap = now + settings.reap_every
                 if got == 0 and not self._stop.is_set():
@@ -136,6 +137,16 @@ class Worker:
             except TasklabError as exc:
                 log.warning("worker loop: %s", exc)
                 self._stop.wait(0.2)
+
+    def _renew_waiting(self) -> None:
+        """Claims waiting in the backlog have not started, so the monitor does not know
+        them: renew their leases here (every lease/4), or a long wait behind slow tasks
+        would look like a dead executor and end a task that never ran as
+        outcome_unknown. A claim whose renewal is refused is dropped unstarted."""
+        for fut, work in self.runner.in_flight():
+            if isinstance(work, Claim) and not fut.running() and not fut.done():
+                if self.app.store.heartbeat(work, self.app.settings.lease) is None:
+                    fut.cancel()
 
     def _claim_some(self, free: int) -> int:
         if free <= 0:
