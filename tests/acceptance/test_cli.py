@@ -10,19 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
+from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, cli, env
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TASKLAB, *args],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-    )
+    return cli(*args, check=False, stdin=stdin)
 
 
 @pytest.fixture

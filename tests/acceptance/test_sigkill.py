@@ -33,7 +33,10 @@ def env(**extra: str) -> dict[str, str]:
     return e
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real `tasklab` command in a child process."""
     return subprocess.run(
         [*TASKLAB, *args],
         cwd=ROOT,
@@ -42,6 +45,7 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         check=check,
+        input=stdin,
     )
 
 

@@ -331,6 +331,12 @@ def main() -> None:
         sys.exit(130)
 
 
+def _print_report(table: Table, conditions: dict[str, Any]) -> None:
+    """A benchmark's figures, always with the conditions they were measured under."""
+    out.print(table)
+    out.print(json.dumps(conditions), highlight=False)
+
+
 bench = typer.Typer(help="Benchmarks: numbers with their conditions.", no_args_is_help=True)
 cli.add_typer(bench, name="bench")
 
@@ -359,8 +365,7 @@ def bench_queue(
         table.add_row(f"drain, concurrency {c}", f"{rate:,}/s")
     lat = report.latency_ms
     table.add_row("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms")
-    out.print(table)
-    out.print(json.dumps(report.conditions), highlight=False)
+    _print_report(table, report.conditions)
 
 
 @bench.command("runners")
@@ -401,8 +406,7 @@ def bench_runners(
             f"{f.speedup:.2f}×",
             f"{f.overhead_ms:.2f} ms" if f.overhead_ms else "",
         )
-    out.print(table)
-    out.print(json.dumps(report.conditions), highlight=False)
+    _print_report(table, report.conditions)
 
 
 @bench.command("serve")
@@ -433,8 +437,7 @@ def bench_serve(
         f"server RSS, {report.idle_subscribers} idle subscribers",
         f"{rss['before']} → {rss['with_idle']} MB ({rss['per_stream_kb']} KB each)",
     )
-    out.print(table)
-    out.print(json.dumps(report.conditions), highlight=False)
+    _print_report(table, report.conditions)
 
 
 if __name__ == "__main__":
