@@ -3,8 +3,10 @@
 Liveness is a file lock beside the database (`<db>.executors.lock`): every executor
 holds it shared while alive; exclusive recovery takes it exclusively without waiting,
 so it fails with `WorkerAlive` while any executor lives (the kernel drops the lock of a
-SIGKILLed process). Wake-ups across processes come from `PRAGMA data_version`, polled
-every millisecond or two by one watcher thread on a connection of its own.
+SIGKILLed process). Wake-ups: a commit that changed something wakes this process's
+waiters at once and rings the other processes' doorbells (store/doorbell.py); one
+watcher thread per process receives the rings, with a slow `PRAGMA data_version`
+check as the safety net for writers that do not ring.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
+from tasklab.store.doorbell import Doorbell, wait_ring
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
@@ -49,7 +52,7 @@ class SQLiteStore(SqlStore):
         *,
         durability: str = "full",
         busy_timeout: float = 3.0,
-        watch_interval: float = 0.001,
+        watch_interval: float = 0.05,
     ) -> None:
         super().__init__()
         if durability not in ("full", "normal"):
@@ -64,6 +67,7 @@ class SQLiteStore(SqlStore):
         self.q = queries.load("sqlite")
         self._watch_interval = watch_interval
         self._signal = ChangeSignal()
+        self._doorbell = Doorbell(self.path)
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._write_lock = _process_write_lock(self.path)  # resolved once, not per write
@@ -117,6 +121,7 @@ class SQLiteStore(SqlStore):
         # 5, 10 … ms), so writers of one process queue on a Python lock instead, and
         # only writers of other processes meet the busy handler.
         with self._write_lock, self._conn() as conn:
+            before = conn.total_changes
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -124,6 +129,12 @@ class SQLiteStore(SqlStore):
                 conn.rollback()
                 raise
             conn.execute("COMMIT")
+            changed = conn.total_changes != before
+        # Only a commit that changed something wakes anyone: an empty claim that woke
+        # the claim loop would otherwise wake it again, for ever.
+        if changed:
+            self._signal.bump()
+            self._doorbell.ring()
 
     def _migrate(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,28 +208,38 @@ class SQLiteStore(SqlStore):
                     self._watcher.start()
 
     def _watch(self) -> None:
+        bell = self._doorbell.listen()
+        # without a doorbell (not Linux), the data_version check is the only wake-up
+        interval = self._watch_interval if bell is not None else 0.001
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
-            while not self._closed.wait(self._watch_interval):
+            while not self._closed.is_set():
+                if bell is not None and wait_ring(bell, interval):
+                    self.wake()
+                    continue
+                if bell is None:
+                    self._closed.wait(interval)
                 now = conn.execute("PRAGMA data_version").fetchone()[0]
                 if now != last:
                     last = now
                     self.wake()
-        except sqlite3.Error:
+        except (sqlite3.Error, OSError):
             return  # the store was closed under us
         finally:
             conn.close()
+            self._doorbell.unlisten(bell)
 
     def wake(self) -> None:
-        """Wake local waiters now (commits from this process are also seen by the
-        watcher; this just saves the poll interval)."""
+        """Wake this process's waiters (its own commits do so already)."""
         self._signal.bump()
 
     def close(self) -> None:
         self._closed.set()
         if self._watcher is not None:
+            self._doorbell.interrupt()
             self._watcher.join(timeout=1)
+        self._doorbell.close()
         with self._pool_lock:
             for conn in self._all_conns:
                 try:
