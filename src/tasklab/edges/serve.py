@@ -22,7 +22,7 @@ import uvicorn
 
 from tasklab.app import TaskApp
 from tasklab.core.states import CancelReason
-from tasklab.edges.http.app import ServerState, create_app
+from tasklab.edges.http.app import ServerState, asgi_app
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
 
@@ -94,7 +94,7 @@ class Service:
         # life (exclusive recovery must refuse while it lives), with or without a worker.
         self._presence = app.store.executor_presence()
         await state.db(self._presence.__enter__)
-        api = create_app(state)
+        api = asgi_app(state)
         self.worker = None
         if opts.embed_worker:
             self.worker = await state.db(
@@ -109,6 +109,7 @@ class Service:
             port=opts.jsonl_port,
             token=opts.token,
             on_cancelled=self._count_cancelled,
+            submits=state.submits,
         ).start()
         # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so, and
         # without it every response pays Nagle + delayed ACK (~40 ms) on keep-alive.

@@ -20,6 +20,7 @@ from typing import Any
 
 from tasklab.app import TaskApp
 from tasklab.edges.jsonl import codec
+from tasklab.edges.submits import SubmitBatcher
 from tasklab.errors import TasklabError
 
 log = logging.getLogger("tasklab.jsonl")
@@ -38,9 +39,11 @@ class JsonLinesServer:
         max_line: int = MAX_LINE,
         read_timeout: float = 10.0,
         on_cancelled: Callable[[int], None] | None = None,
+        submits: SubmitBatcher | None = None,
     ) -> None:
         self.app = app
         self.db = db
+        self.submits = submits or SubmitBatcher(app, db)
         self.host, self.port = host, port
         self.token = token
         self.max_line = max_line
@@ -124,8 +127,7 @@ class JsonLinesServer:
     async def _dispatch(self, request: codec.Request) -> bytes:
         doc, app = request.doc, self.app
         if request.op == "submit":
-            snap, _ = await self.db(
-                app.submit_ex,
+            snap, _ = await self.submits.submit(
                 doc["task"],
                 doc.get("payload", {}),
                 doc.get("idempotency_key"),
