@@ -14,18 +14,18 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+CLIENTS = 16  # concurrent submitters (connections)
 
 
 @dataclass
@@ -82,34 +82,59 @@ class _Server:
         self.proc.stderr.close()  # type: ignore[union-attr]
 
 
-def http_submits(url: str, n: int, threads: int = 8) -> float:
-    body = {"task": "bench.noop", "payload": {}}
-
-    def work(count: int) -> None:
-        with httpx.Client(base_url=url, timeout=30) as c:
-            for _ in range(count):
-                c.post("/tasks", json=body).raise_for_status()
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, [n // threads] * threads))
-    return (n // threads * threads) / (time.perf_counter() - t0)
-
-
-def jsonl_submits(port: int, n: int, threads: int = 8) -> float:
-    line = json.dumps({"op": "submit", "task": "bench.noop", "payload": {}}).encode() + b"\n"
-
-    def work(count: int) -> None:
+async def _http_client(host: str, port: int, request: bytes, count: int) -> None:
+    """One keep-alive connection sending `count` requests one after another: a raw
+    HTTP/1.1 client, so that the load generator costs far less than the server."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
         for _ in range(count):
-            with socket.create_connection(("127.0.0.1", port)) as s:
-                s.sendall(line)
-                reply = s.makefile("rb").readline()
-                assert b'"ok":true' in reply, reply
+            writer.write(request)
+            status = await reader.readline()
+            if b" 201 " not in status:
+                raise RuntimeError(f"submit failed: {status!r}")
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            await reader.readexactly(length)
+    finally:
+        writer.close()
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(work, [n // threads] * threads))
-    return (n // threads * threads) / (time.perf_counter() - t0)
+
+async def _jsonl_client(port: int, line: bytes, count: int) -> None:
+    for _ in range(count):  # the protocol is one request per connection
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(line)
+        reply = await reader.readline()
+        writer.close()
+        if b'"ok":true' not in reply:
+            raise RuntimeError(f"submit failed: {reply!r}")
+
+
+def _rate(make: Any, n: int, clients: int) -> float:
+    per = n // clients
+
+    async def main() -> float:
+        t0 = time.perf_counter()
+        await asyncio.gather(*[make(per) for _ in range(clients)])
+        return per * clients / (time.perf_counter() - t0)
+
+    return asyncio.run(main())
+
+
+def http_submits(url: str, n: int, clients: int = CLIENTS) -> float:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps({"task": "bench.noop", "payload": {}}).encode()
+    request = (
+        f"POST /tasks HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    return _rate(lambda k: _http_client(host, int(port), request, k), n, clients)
+
+
+def jsonl_submits(port: int, n: int, clients: int = CLIENTS) -> float:
+    line = json.dumps({"op": "submit", "task": "bench.noop", "payload": {}}).encode() + b"\n"
+    return _rate(lambda k: _jsonl_client(port, line, k), n, clients)
 
 
 async def _read_stream(client: httpx.AsyncClient, path: str, headers: dict[str, str]) -> int:
@@ -197,7 +222,10 @@ def run(n: int = 2000, events: int = 5000, idle: int = 1000) -> ServeReport:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version(),
             "server": "one `tasklab serve` process, SQLite synchronous=FULL, 4 thread slots",
-            "clients": "this process: 8 threads for submits, asyncio httpx for SSE",
+            "clients": (
+                f"this process (asyncio): {CLIENTS} concurrent submitters over raw HTTP/1.1 "
+                "keep-alive or one JSON-lines connection per request; httpx for SSE"
+            ),
         }
     )
     try:
