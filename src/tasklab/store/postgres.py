@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from tasklab.core.models import Claim, NewTask, Outcome
+from tasklab.core.models import Claim, Outcome
 from tasklab.core.policy import settle
 from tasklab.core.states import State
 from tasklab.errors import LeaseLost, StoreError, WorkerAlive
@@ -28,7 +28,7 @@ from tasklab.store.base import PendingEvent
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore, lease_lost
 
-MIGRATIONS = ["schema_1"]
+MIGRATIONS = ["schema_1", "schema_2"]
 
 
 class PostgresStore(SqlStore):
@@ -81,6 +81,16 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
+    def _write_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+        if len(steps) != 1:
+            return super()._write_steps(steps)
+        # On an autocommit connection one statement is its own transaction: no BEGIN and
+        # COMMIT round trips around it.
+        query, params = steps[0]
+        with self._read() as conn:
+            cur = conn.execute(self.q[query], params)
+            return [cur.fetchall() if cur.description else []]
+
     def _migrate(self) -> None:
         with self._write() as conn:
             conn.execute(self.q["migration_lock"])
@@ -91,12 +101,10 @@ class PostgresStore(SqlStore):
                     conn.execute(self.q[name].replace("%%", "%"))
                     conn.execute(self.q["schema_version_set"], {"version": version})
 
-    def _insert_batch(self, conn: Any, items: list[NewTask]) -> list[Any]:
+    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Any]:
         # executemany pipelines the statements: one round trip for the batch, not one each
         with conn.cursor() as cur:
-            cur.executemany(
-                self.q["insert_task"], [self._insert_params(i) for i in items], returning=True
-            )
+            cur.executemany(self.q["insert_task"], batch, returning=True)
             rows = []
             while True:
                 rows.extend(cur.fetchall())

@@ -146,6 +146,13 @@ class SqlStore(ABC):
     def _all(self, conn: Any, query: str, /, **params: Any) -> list[Row]:
         return list(self._x(conn, query, **params).fetchall())
 
+    def _write_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> list[list[Row]]:
+        """Statements that do not depend on each other's results, in one transaction;
+        each one's rows. A store may send them all at once (one round trip)."""
+        with self._write() as conn:
+            cursors = [self._x(conn, query, **params) for query, params in steps]
+            return [list(c.fetchall()) if c.description is not None else [] for c in cursors]
+
     def _at(self, value: Any) -> datetime:
         """A NOT NULL time column."""
         at = self._dt(value)
@@ -191,12 +198,19 @@ class SqlStore(ABC):
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
+        if len(items) == 1:  # the common case, in one round trip where it can be
+            params = self._insert_params(items[0])
+            inserted = self._write_steps([("insert_task", params)])[0]
+            if inserted:
+                return [(self._fresh(items[0], params, inserted[0]), True)]
         with self._write() as conn:
             if len(items) > 1 and all(i.idempotency_key is None for i in items):
-                rows = [(row, True) for row in self._insert_batch(conn, items)]
-            else:
-                rows = [self._insert(conn, item) for item in items]
-        return [(self._snapshot(row), created) for row, created in rows]
+                batch = [self._insert_params(i) for i in items]
+                rows = self._insert_batch(conn, batch)
+                return [
+                    (self._fresh(i, p, r), True) for i, p, r in zip(items, batch, rows, strict=True)
+                ]
+            return [self._insert(conn, item) for item in items]
 
     @staticmethod
     def _insert_params(item: NewTask) -> dict[str, Any]:
@@ -211,19 +225,42 @@ class SqlStore(ABC):
             "idempotency_key": item.idempotency_key,
         }
 
-    def _insert_batch(self, conn: Any, items: list[NewTask]) -> list[Row]:
-        """Many new tasks without idempotency keys (a store may pipeline them)."""
-        return [self._one(conn, "insert_task", **self._insert_params(i)) for i in items]
+    def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:
+        """The snapshot of a task just inserted: everything but the database's clock
+        readings is known here, so the insert returns only those."""
+        return TaskSnapshot(
+            id=params["id"],
+            task=item.task,
+            payload=item.payload,
+            state=State.QUEUED,
+            attempt=0,
+            max_attempts=item.max_attempts,
+            result=None,
+            error=None,
+            cancel_reason=None,
+            idempotency_key=item.idempotency_key,
+            created_at=self._at(row["created_at"]),
+            started_at=None,
+            finished_at=None,
+            lease_owner=None,
+            lease_until=None,
+            run_after=self._dt(row["run_after"]),
+        )
 
-    def _insert(self, conn: Any, item: NewTask) -> tuple[Row, bool]:
-        row = self._one(conn, "insert_task", **self._insert_params(item))
+    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Row]:
+        """Many new tasks without idempotency keys (a store may pipeline them)."""
+        return [self._one(conn, "insert_task", **params) for params in batch]
+
+    def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
+        params = self._insert_params(item)
+        row = self._one(conn, "insert_task", **params)
         if row is not None:
-            return row, True
+            return self._fresh(item, params, row), True
         # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
         # concurrent submit, which this statement waited for).
         existing = self._one(conn, "task_by_key", key=item.idempotency_key)
         self._existing(existing, item, dumps(item.payload))
-        return existing, False
+        return self._snapshot(existing), False
 
     @staticmethod
     def _existing(row: Row, item: NewTask, payload: str) -> None:
@@ -239,12 +276,12 @@ class SqlStore(ABC):
         """A request-bound task: created and claimed by its request in one transaction,
         so that no worker can take it in between (workers never claim such tasks)."""
         with self._write() as conn:
-            row, created = self._insert(conn, item)
-            claimed = self._one(conn, "claim_id", id=row["id"], owner=owner, lease=lease)
+            snap, created = self._insert(conn, item)
+            claimed = self._one(conn, "claim_id", id=snap.id, owner=owner, lease=lease)
             if claimed is not None:
-                row = self._one(conn, "get_task", id=row["id"])
+                snap = self._snapshot(self._one(conn, "get_task", id=snap.id))
         claim = self._claim(claimed, owner) if claimed is not None else None
-        return self._snapshot(row), created, claim
+        return snap, created, claim
 
     def get(self, task_id: str) -> TaskSnapshot:
         with self._read() as conn:
@@ -316,17 +353,8 @@ class SqlStore(ABC):
     def claim(self, names: list[str], limit: int, owner: str, lease: float) -> list[Claim]:
         if not names or limit <= 0:
             return []
-        with self._write() as conn:
-            if "claim_setup" in self.q:
-                self._x(conn, "claim_setup")
-            rows = self._all(
-                conn,
-                "claim_next",
-                names=self._list_param(names),
-                limit=limit,
-                owner=owner,
-                lease=lease,
-            )
+        params = {"names": self._list_param(names), "limit": limit, "owner": owner, "lease": lease}
+        rows = self._write_steps([("claim_next", params)])[0]
         return [self._claim(r, owner) for r in rows]
 
     def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
@@ -554,8 +582,7 @@ class SqlStore(ABC):
         return [{"id": r["id"], "host": r["host"], "pid": r["pid"]} for r in rows]
 
     def bump(self, name: str, n: int = 1) -> None:
-        with self._write() as conn:
-            self._x(conn, "bump_counter", name=name, n=n)
+        self._write_steps([("bump_counter", {"name": name, "n": n})])
 
     def counters(self) -> dict[str, int]:
         with self._read() as conn:

@@ -98,6 +98,30 @@ DROP TRIGGER IF EXISTS events_notify ON events;
 CREATE TRIGGER events_notify AFTER INSERT ON events
     FOR EACH ROW EXECUTE FUNCTION tasklab_notify_event();
 
+-- name: schema_2
+-- Claiming in one statement, hence one round trip on an autocommit connection. SKIP
+-- LOCKED lets many workers claim at once without waiting on each other. The SET clause:
+-- queue tables defeat the planner (its statistics say "no queued rows" moments before
+-- thousands arrive, and it then sorts every queued row), so walk the claimable index in
+-- order instead, for this function only.
+CREATE OR REPLACE FUNCTION tasklab_claim(
+    names TEXT[], lim INTEGER, claimant TEXT, lease DOUBLE PRECISION)
+RETURNS TABLE (id TEXT, task TEXT, payload TEXT, epoch BIGINT, attempt INTEGER,
+               max_attempts INTEGER)
+LANGUAGE sql SET enable_sort = off AS $claim$
+WITH picked AS (
+    SELECT q.id FROM tasks q
+    WHERE q.state = 'queued' AND q.run_after <= clock_timestamp() AND q.task = ANY(names)
+      AND NOT q.request_bound
+    ORDER BY q.run_after, q.id LIMIT lim
+    FOR UPDATE SKIP LOCKED)
+UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
+    lease_owner = claimant, lease_until = clock_timestamp() + make_interval(secs => lease),
+    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
+FROM picked WHERE t.id = picked.id
+RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts;
+$claim$;
+
 -- name: schema_version_create
 -- The table that records which migrations ran.
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -126,7 +150,7 @@ VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bou
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
         clock_timestamp(), clock_timestamp())
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *;
+RETURNING id, created_at, run_after;
 
 -- name: task_by_key
 -- The task holding an idempotency key.
@@ -161,26 +185,9 @@ WHERE id = :id AND state = 'queued';
 UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
 WHERE id = :id AND state = 'running';
 
--- name: claim_setup
--- Queue tables defeat the planner: its statistics say "no queued rows" moments before
--- thousands arrive, and it then sorts every queued row. Walk the claimable index in
--- order instead (for this transaction only).
-SET LOCAL enable_sort = off;
-
 -- name: claim_next
--- Claim up to :limit runnable tasks of the given names; SKIP LOCKED lets many workers
--- claim at once without waiting on each other.
-WITH picked AS (
-    SELECT id FROM tasks
-    WHERE state = 'queued' AND run_after <= clock_timestamp() AND task = ANY(:names)
-      AND NOT request_bound
-    ORDER BY run_after, id LIMIT :limit
-    FOR UPDATE SKIP LOCKED)
-UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
-    lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
-    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
-FROM picked WHERE t.id = picked.id
-RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts;
+-- Claim up to :limit runnable tasks of the given names (tasklab_claim, schema_2).
+SELECT * FROM tasklab_claim(:names, :limit, :owner, :lease);
 
 -- name: claim_id
 -- Claim one given task if it is queued.

@@ -95,7 +95,7 @@ INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_b
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         :timeout, :idempotency_key, julianday('now'), julianday('now'))
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *;
+RETURNING id, created_at, run_after;
 
 -- name: task_by_key
 -- The task holding an idempotency key.
