@@ -1,20 +1,34 @@
-"""Group commit of terminal writes.
+"""Group commit of terminal writes, and claim-on-finish.
 
 Each commit costs a disk flush (SQLite `synchronous=FULL`: a few thousand a second).
 When many tasks end at once, their terminal writes share one transaction: the first
-caller becomes the leader and commits everything pending; the others wait for it and
-take their own result. A lone task pays nothing extra. Commit first, publish after:
-nobody learns a state before its commit.
+caller leads and commits everything pending; the others wait on their own item, and
+the leader hands the lead to the oldest waiter still pending. A lone task pays nothing
+extra. Commit first, publish after: nobody learns a state before its commit.
+
+A worker may register as a refiller: the same transaction then claims the next tasks
+for the slots these executions are about to free, and the worker adopts them before
+the finishing threads are released (one commit per cycle instead of a terminal commit
+and a claim commit, and no claim-loop wake-up in between).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from tasklab.core.models import Claim, Outcome
+from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
 from tasklab.store.base import PendingEvent, Store
+
+
+class Refiller(Protocol):
+    def refill_request(self, finishing: list[str]) -> ClaimRequest | None:
+        """What to claim for the slots of these finishing tasks (None: nothing)."""
+
+    def adopt(self, claims: list[Claim]) -> None:
+        """Start claims made for slots that are about to be freed."""
 
 
 @dataclass
@@ -23,42 +37,67 @@ class _Item:
     outcome: Outcome
     events: list[PendingEvent]
     result: State | BaseException | None = None
-    done: bool = field(default=False)
+    done: bool = False
+    ready: threading.Event = field(default_factory=threading.Event)
 
 
 class Finisher:
     def __init__(self, store: Store, max_batch: int = 256) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.refillers: list[Refiller] = []
         self._pending: list[_Item] = []
         self._lock = threading.Lock()
-        self._leader = threading.Lock()
+        self._leading = False
 
     def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
         """Like `store.finish`: the committed state, or LeaseLost / StoreError."""
         item = _Item(claim, outcome, events)
         with self._lock:
             self._pending.append(item)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            item.ready.wait()  # a result, or the lead handed to us
         while not item.done:
-            with self._leader:
+            with self._lock:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+            self._commit(batch)
+            with self._lock:
                 if item.done:
-                    break
-                with self._lock:
-                    batch = self._pending[: self.max_batch]
-                    del self._pending[: self.max_batch]
-                self._commit(batch)
+                    if self._pending:
+                        self._pending[0].ready.set()  # not done: it leads next
+                    else:
+                        self._leading = False
         if isinstance(item.result, BaseException):
             raise item.result
         assert item.result is not None
         return item.result
 
     def _commit(self, batch: list[_Item]) -> None:
+        refiller, request = self._refill([i.claim.task_id for i in batch])
+        claims: list[Claim] = []
         try:
-            results: list[State | BaseException] = list(
-                self.store.finish_many([(i.claim, i.outcome, i.events) for i in batch])
+            states, claims = self.store.finish_and_claim(
+                [(i.claim, i.outcome, i.events) for i in batch], request
             )
+            results: list[State | BaseException] = list(states)
         except Exception as exc:  # the whole transaction failed: every item did
             results = [exc] * len(batch)
+        if claims and refiller is not None:
+            try:
+                refiller.adopt(claims)  # before the finishing threads can free their slots
+            except Exception:  # noqa: S110 - unstarted claims are left to their leases
+                pass
         for item, result in zip(batch, results, strict=True):
             item.result = result
             item.done = True
+            item.ready.set()
+
+    def _refill(self, finishing: list[str]) -> tuple[Refiller | None, ClaimRequest | None]:
+        for refiller in list(self.refillers):
+            request = refiller.refill_request(finishing)
+            if request is not None:
+                return refiller, request
+        return None, None

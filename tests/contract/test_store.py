@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tasklab.core.models import NewTask, Outcome
+from tasklab.core.models import ClaimRequest, NewTask, Outcome
 from tasklab.core.policy import Backoff
 from tasklab.core.states import CancelReason, ErrorCode, State
 from tasklab.errors import (
@@ -376,3 +376,26 @@ def test_finish_many_fences_each_claim_on_its_own(store, reader):
     assert [e.seq for e in reader.events(b.id)] == [1, 2]
     assert reader.get(c.id).result is None
     assert all(reader.outbox_for(t) is not None for t in (a.id, b.id, c.id))
+
+
+def test_finish_and_claim_is_one_transaction(store, reader):
+    """Claim-on-finish: the terminal writes and the next claims commit together, or
+    (a failed terminal write) neither does."""
+    (a, _), (b, _), (c, _) = store.submit([new(), new(), new()])
+    first = store.claim(NAMES, 1, "w", 5.0)[0]
+    request = ClaimRequest(NAMES, 1, "w", 5.0)
+    store.faults.arm("finish")
+    with pytest.raises(StoreError, match="injected"):
+        store.finish_and_claim([(first, Outcome.returned(1), [])], request)
+    assert reader.get(first.task_id).state is State.RUNNING
+    assert reader.counts()["queued"] == 2  # nothing was claimed either
+    results, claims = store.finish_and_claim([(first, Outcome.returned(1), [])], request)
+    assert results == [State.SUCCEEDED] and len(claims) == 1
+    assert reader.get(first.task_id).state is State.SUCCEEDED
+    nxt = reader.get(claims[0].task_id)
+    assert nxt.state is State.RUNNING and nxt.lease_owner == "w" and nxt.attempt == 1
+    assert {first.task_id, claims[0].task_id} < {a.id, b.id, c.id}
+    # a stale claim writes nothing, but its slot is still refilled
+    store.release(claims[0])
+    results, more = store.finish_and_claim([(claims[0], Outcome.returned(2), [])], request)
+    assert isinstance(results[0], LeaseLost) and len(more) == 1

@@ -123,3 +123,61 @@ def test_backlog_claims_keep_their_leases_while_they_wait(store_url):
     assert app.query(slow).state is State.SUCCEEDED
     assert app.store.counters()["expired_leases"] == 0
     app.close()
+
+
+def test_claim_on_finish_claims_in_the_terminal_transaction_and_keeps_the_slot_bound(app):
+    """A finishing task's slot is refilled by its own terminal transaction: the claim
+    loop hardly claims at all, never more tasks run at once than the worker's slots,
+    and afterwards every slot is free again (none lost, none doubled)."""
+    import threading
+
+    running = 0
+    peak = 0
+    guard = threading.Lock()
+
+    @app.task(name="t.measure", retry_safe=True)
+    def measure(ctx) -> None:
+        nonlocal running, peak
+        with guard:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.002)
+        with guard:
+            running -= 1
+
+    claim_calls = 0
+    plain_claim = app.store.claim
+
+    def counting_claim(*args, **kwargs):
+        nonlocal claim_calls
+        claim_calls += 1
+        return plain_claim(*args, **kwargs)
+
+    app.store.claim = counting_claim  # type: ignore[method-assign]
+    ids = app.submit_many("t.measure", [{}] * 60)
+    w = app.worker(concurrency=3).start()
+    try:
+        wait_for(lambda: app.counts()["succeeded"] == 60, timeout=30)
+        wait_for(lambda: w.runner.free_slots == 3)
+        # the pool's slots are all free: a new task is claimed and run
+        late = app.submit("t.measure", {})
+        wait_for(lambda: app.query(late).terminal)
+    finally:
+        w.stop()
+    assert peak <= 3
+    assert claim_calls < 30  # most of the 60 came with a terminal write, not a claim
+    assert all(app.query(t).attempt == 1 for t in [*ids, late])
+    assert app.query(late).state is State.SUCCEEDED
+
+
+def test_a_stopping_worker_adopts_nothing(app):
+    """Claims that a terminal transaction made while the worker stops go back to
+    queued: a stopping worker starts nothing new."""
+    ids = app.submit_many("t.echo", [{"value": i} for i in range(3)])
+    w = app.worker(concurrency=1)
+    w._stop.set()  # as stop() does first
+    claim = app.store.claim(["t.echo"], 1, app.owner, 30.0)
+    w.adopt(claim)
+    assert app.query(claim[0].task_id).state is State.QUEUED
+    assert w.refill_request(ids) is None
+    w.runner.shutdown()

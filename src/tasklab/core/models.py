@@ -129,6 +129,16 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What a worker asks for when it claims: up to `limit` runnable tasks of `names`."""
+
+    names: list[str]
+    limit: int
+    owner: str
+    lease: float
+
+
+@dataclass(frozen=True, slots=True)
 class NewTask:
     task: str
     payload: dict[str, JSON]

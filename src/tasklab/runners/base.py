@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 class BaseRunner(ABC):
     kind = "runner"
+    # Whether claims may be handed over for slots about to be freed (claim-on-finish):
+    # only where work beyond the slots waits in a queue instead of starting at once.
+    adopts = False
 
     def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
         if workers < 1 or backlog < 0:
@@ -37,6 +40,8 @@ class BaseRunner(ABC):
         self._cancel_answers: dict[Future[Any], bool] = {}
         self._lock = threading.Lock()
         self._presence: Any = None
+        self._running_ids: set[str] = set()
+        self._inherited = 0  # adopted claims waiting to take over a finishing task's slot
 
     # ---- to be provided ------------------------------------------------------------
     @abstractmethod
@@ -64,6 +69,20 @@ class BaseRunner(ABC):
     def submit_claim(self, claim: Claim) -> Future[Any]:
         return self._admit(claim)
 
+    def adopt(self, claim: Claim) -> Future[Any]:
+        """Start a claim made for the slot of a task of ours that is finishing: it takes
+        that slot over when the task's future completes (see `_done`)."""
+        if not self.adopts:
+            raise TypeError(f"the {self.kind} runner does not adopt claims")
+        with self._lock:
+            self._inherited += 1
+        return self._start(claim, inherited=True)
+
+    def count_running(self, task_ids: list[str]) -> int:
+        """How many of these tasks are this runner's."""
+        with self._lock:
+            return sum(1 for t in task_ids if t in self._running_ids)
+
     @property
     def free_slots(self) -> int:
         with self._lock:
@@ -77,21 +96,35 @@ class BaseRunner(ABC):
                 f"{self.kind} queue is full: {self.workers} workers and {self.backlog} "
                 "backlog slots are taken"
             )
+        return self._start(work, inherited=False)
+
+    def _start(self, work: str | Claim, *, inherited: bool) -> Future[Any]:
         try:
             fut = self._start_task(work) if isinstance(work, str) else self._start_claim(work)
         except BaseException:
-            self._slots.release()
+            self._free_slot()
             raise
         with self._lock:
             self._work[fut] = work
+            self._running_ids.add(work.task_id if isinstance(work, Claim) else work)
         fut.add_done_callback(self._done)
         return fut
+
+    def _free_slot(self) -> None:
+        with self._lock:
+            inherited = self._inherited > 0
+            if inherited:
+                self._inherited -= 1
+        if not inherited:
+            self._slots.release()
+            self.app.store.wake()  # a free slot: a waiting claim loop may claim now
 
     def _done(self, fut: Future[Any]) -> None:
         with self._lock:
             work = self._work.pop(fut, None)
-        self._slots.release()
-        self.app.store.wake()  # a free slot: a waiting claim loop may claim now
+            if work is not None:
+                self._running_ids.discard(work.task_id if isinstance(work, Claim) else work)
+        self._free_slot()
         if work is None or not fut.cancelled():
             return
         if isinstance(work, Claim):

@@ -20,6 +20,7 @@ THREAD_PREFIX = "tasklab-worker"
 
 class ThreadTaskRunner(BaseRunner):
     kind = "thread"
+    adopts = True  # work beyond the threads waits in the pool's queue
 
     def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
         super().__init__(app, workers, backlog)

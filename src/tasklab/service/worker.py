@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tasklab.core.models import Claim
+from tasklab.core.models import Claim, ClaimRequest
 from tasklab.core.states import CancelReason
 from tasklab.errors import QueueFull, ShuttingDown, TasklabError
 from tasklab.runners import make_runner
@@ -57,6 +57,8 @@ class Worker:
     def start(self) -> Worker:
         self.runner.__enter__()  # takes the liveness lock for as long as we run
         self.app.store.register_worker(self.id)
+        if self.runner.adopts and self.leased_names:
+            self.app.finisher.refillers.append(self)
         self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop", daemon=True)
         self._thread.start()
         if self.webhooks:
@@ -75,6 +77,8 @@ class Worker:
         """Graceful shutdown; returns what happened to the in-flight work."""
         drain = self.app.settings.drain_timeout if drain_timeout is None else drain_timeout
         self._stop.set()
+        if self in self.app.finisher.refillers:
+            self.app.finisher.refillers.remove(self)
         self.app.store.wake()
         if self._thread is not None:
             self._thread.join()
@@ -110,6 +114,28 @@ class Worker:
             "cancel_requested": self.cancelled_on_shutdown,
             "left_running": left,
         }
+
+    # ---- claim-on-finish (see finisher.py) ------------------------------------------
+    def refill_request(self, finishing: list[str]) -> ClaimRequest | None:
+        if self._stop.is_set():
+            return None
+        slots = self.runner.count_running(finishing)
+        if slots == 0:
+            return None
+        return ClaimRequest(self.leased_names, slots, self.app.owner, self.app.settings.lease)
+
+    def adopt(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            try:
+                if self._stop.is_set():
+                    raise ShuttingDown("the worker is stopping")
+                self.runner.adopt(claim)
+                self.claimed += 1
+            except ShuttingDown:
+                try:
+                    self.app.store.release(claim)
+                except TasklabError:
+                    pass  # the lease will expire and the reaper will requeue or fail it
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:

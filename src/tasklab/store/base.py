@@ -19,6 +19,7 @@ from tasklab.core.models import (
     JSON,
     CancelOutcome,
     Claim,
+    ClaimRequest,
     EffectRecord,
     Event,
     NewTask,
@@ -67,6 +68,9 @@ class Store(Protocol):
     def finish_many(
         self, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
     ) -> list[State | LeaseLost]: ...
+    def finish_and_claim(
+        self, items: list[tuple[Claim, Outcome, list[PendingEvent]]], refill: ClaimRequest | None
+    ) -> tuple[list[State | LeaseLost], list[Claim]]: ...
     def release(self, claim: Claim) -> bool: ...
     def effect_get(self, task_id: str, key: str) -> EffectRecord: ...
     def effect_start(self, claim: Claim, key: str) -> None: ...

@@ -112,49 +112,47 @@ class PostgresStore(SqlStore):
                     break
         return rows
 
-    def finish_many(
-        self, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
+    def _finish_in(
+        self, conn: Any, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
     ) -> list[State | LeaseLost]:
         """The group commit in four round trips whatever the batch size: one fencing
         UPDATE for every claim, then the events, the settlements and the outbox rows as
         pipelined `executemany`s (the fence holds each row's lock until the commit)."""
         if len(items) == 1:
-            return super().finish_many(items)
+            return super()._finish_in(conn, items)
         results: list[State | LeaseLost] = []
         events: list[dict[str, Any]] = []
         settles: list[dict[str, Any]] = []
         outbox: list[dict[str, Any]] = []
-        with self._write() as conn:
-            rows = conn.execute(
-                self.q["fence_many"],
-                {
-                    "ids": [c.task_id for c, _, _ in items],
-                    "epochs": [c.epoch for c, _, _ in items],
-                    "ns": [len(evs) for _, _, evs in items],
-                },
-            ).fetchall()
-            fenced = {(r["id"], r["epoch"]): r for r in rows}
-            for claim, outcome, evs in items:
-                row = fenced.get((claim.task_id, claim.epoch))
-                if row is None:
-                    results.append(lease_lost(claim))
-                    continue
-                events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
-                current = State(row["state"])
-                settled = settle(current, outcome)
-                settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
-                if settled.state.terminal:
-                    outbox.append({"event_id": uuid.uuid4().hex, "task_id": claim.task_id})
-                results.append(settled.state)
-            with conn.cursor() as cur:
-                for query, params in (
-                    ("insert_event", events),
-                    ("finish", settles),
-                    ("insert_outbox", outbox),
-                ):
-                    if params:
-                        cur.executemany(self.q[query], params)
-            self.faults.check("finish")
+        rows = conn.execute(
+            self.q["fence_many"],
+            {
+                "ids": [c.task_id for c, _, _ in items],
+                "epochs": [c.epoch for c, _, _ in items],
+                "ns": [len(evs) for _, _, evs in items],
+            },
+        ).fetchall()
+        fenced = {(r["id"], r["epoch"]): r for r in rows}
+        for claim, outcome, evs in items:
+            row = fenced.get((claim.task_id, claim.epoch))
+            if row is None:
+                results.append(lease_lost(claim))
+                continue
+            events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
+            current = State(row["state"])
+            settled = settle(current, outcome)
+            settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
+            if settled.state.terminal:
+                outbox.append({"event_id": uuid.uuid4().hex, "task_id": claim.task_id})
+            results.append(settled.state)
+        with conn.cursor() as cur:
+            for query, params in (
+                ("insert_event", events),
+                ("finish", settles),
+                ("insert_outbox", outbox),
+            ):
+                if params:
+                    cur.executemany(self.q[query], params)
         return results
 
     def _dt(self, value: Any) -> datetime | None:
