@@ -63,37 +63,40 @@ class Finisher:
             with self._lock:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
-            self._commit(batch)
-            with self._lock:
-                if item.done:
+            refiller, results, claims = self._write(batch)
+            if any(i is item for i in batch):
+                # Hand the lead on right after the commit: the next transaction overlaps
+                # with publishing this one.
+                with self._lock:
                     if self._pending:
                         self._pending[0].ready.set()  # not done: it leads next
                     else:
                         self._leading = False
+            if claims and refiller is not None:
+                try:
+                    refiller.adopt(claims)  # before the finishing threads free their slots
+                except Exception:  # noqa: S110 - unstarted claims are left to their leases
+                    pass
+            for done, result in zip(batch, results, strict=True):
+                done.result = result
+                done.done = True
+                done.ready.set()
         if isinstance(item.result, BaseException):
             raise item.result
         assert item.result is not None
         return item.result
 
-    def _commit(self, batch: list[_Item]) -> None:
+    def _write(
+        self, batch: list[_Item]
+    ) -> tuple[Refiller | None, list[State | BaseException], list[Claim]]:
         refiller, request = self._refill([i.claim.task_id for i in batch])
-        claims: list[Claim] = []
         try:
             states, claims = self.store.finish_and_claim(
                 [(i.claim, i.outcome, i.events) for i in batch], request
             )
-            results: list[State | BaseException] = list(states)
+            return refiller, list(states), claims
         except Exception as exc:  # the whole transaction failed: every item did
-            results = [exc] * len(batch)
-        if claims and refiller is not None:
-            try:
-                refiller.adopt(claims)  # before the finishing threads can free their slots
-            except Exception:  # noqa: S110 - unstarted claims are left to their leases
-                pass
-        for item, result in zip(batch, results, strict=True):
-            item.result = result
-            item.done = True
-            item.ready.set()
+            return refiller, [exc] * len(batch), []
 
     def _refill(self, finishing: list[str]) -> tuple[Refiller | None, ClaimRequest | None]:
         for refiller in list(self.refillers):

@@ -9,7 +9,6 @@ store LISTENs; triggers NOTIFY the task id at commit, and local waiters are woke
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -19,14 +18,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from tasklab.core.models import Claim, Outcome
-from tasklab.core.policy import settle
-from tasklab.core.states import State
-from tasklab.errors import LeaseLost, StoreError, WorkerAlive
+from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
-from tasklab.store.base import PendingEvent
 from tasklab.store.signal import ChangeSignal
-from tasklab.store.sqlstore import SqlStore, lease_lost
+from tasklab.store.sqlstore import SqlStore
 
 MIGRATIONS = ["schema_1", "schema_2"]
 
@@ -112,48 +107,14 @@ class PostgresStore(SqlStore):
                     break
         return rows
 
-    def _finish_in(
-        self, conn: Any, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
-    ) -> list[State | LeaseLost]:
-        """The group commit in four round trips whatever the batch size: one fencing
-        UPDATE for every claim, then the events, the settlements and the outbox rows as
-        pipelined `executemany`s (the fence holds each row's lock until the commit)."""
-        if len(items) == 1:
-            return super()._finish_in(conn, items)
-        results: list[State | LeaseLost] = []
-        events: list[dict[str, Any]] = []
-        settles: list[dict[str, Any]] = []
-        outbox: list[dict[str, Any]] = []
-        rows = conn.execute(
-            self.q["fence_many"],
-            {
-                "ids": [c.task_id for c, _, _ in items],
-                "epochs": [c.epoch for c, _, _ in items],
-                "ns": [len(evs) for _, _, evs in items],
-            },
-        ).fetchall()
-        fenced = {(r["id"], r["epoch"]): r for r in rows}
-        for claim, outcome, evs in items:
-            row = fenced.get((claim.task_id, claim.epoch))
-            if row is None:
-                results.append(lease_lost(claim))
-                continue
-            events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
-            current = State(row["state"])
-            settled = settle(current, outcome)
-            settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
-            if settled.state.terminal:
-                outbox.append({"event_id": uuid.uuid4().hex, "task_id": claim.task_id})
-            results.append(settled.state)
+    def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
+        ids, epochs, ns = (list(column) for column in zip(*batch, strict=True))
+        return {"ids": ids, "epochs": epochs, "ns": ns}
+
+    def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
+        # psycopg pipelines executemany: one round trip for all of them
         with conn.cursor() as cur:
-            for query, params in (
-                ("insert_event", events),
-                ("finish", settles),
-                ("insert_outbox", outbox),
-            ):
-                if params:
-                    cur.executemany(self.q[query], params)
-        return results
+            cur.executemany(self.q[query], params)
 
     def _dt(self, value: Any) -> datetime | None:
         return value.astimezone(UTC) if value is not None else None

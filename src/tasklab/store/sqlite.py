@@ -12,6 +12,7 @@ check as the safety net for writers that do not ring.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import queue
 import sqlite3
@@ -155,9 +156,10 @@ class SQLiteStore(SqlStore):
         ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
         return _EPOCH + timedelta(milliseconds=ms)
 
-    def _list_param(self, values: list[str]) -> Any:
-        import json
+    def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
+        return {"batch": json.dumps(batch)}
 
+    def _list_param(self, values: list[str]) -> Any:
         return json.dumps(values)
 
     # ---- liveness ------------------------------------------------------------------

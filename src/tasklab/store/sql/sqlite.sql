@@ -171,6 +171,18 @@ WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
   AND lease_until > julianday('now')
 RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 
+-- name: fence_many
+-- The fencing check for a batch of claims at once (:batch is a JSON array of
+-- [id, epoch, event count]). INDEXED BY: otherwise the planner walks every live task
+-- by state and scans the batch for each; this way each batch entry is one key lookup.
+UPDATE tasks INDEXED BY sqlite_autoindex_tasks_1 SET event_seq = tasks.event_seq + v.n
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
+             json_extract(value, '$[2]') AS n
+      FROM json_each(:batch)) AS v
+WHERE tasks.id = v.id AND tasks.epoch = v.epoch
+  AND tasks.state IN ('running', 'cancel_requested') AND tasks.lease_until > julianday('now')
+RETURNING tasks.id, tasks.epoch, tasks.state, tasks.event_seq;
+
 -- name: insert_event
 -- One event, numbered by the task's counter.
 INSERT INTO events (task_id, seq, attempt, type, data, at)
