@@ -50,7 +50,7 @@ def _rss_mb(pid: int) -> float:
 
 
 class _Server:
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, max_streams: int = 1000) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
             [
@@ -68,6 +68,8 @@ class _Server:
                 "tasklab.bench.tasks:app",
                 "--concurrency",
                 "4",
+                "--max-streams",
+                str(max_streams),
             ],
             env=env,
             stderr=subprocess.PIPE,
@@ -216,7 +218,7 @@ def _wait_done(url: str, task_id: str) -> None:
 
 def run(n: int = 2000, events: int = 5000, idle: int = 1000) -> ServeReport:
     db = f"sqlite:///{tempfile.mkdtemp(prefix='tasklab-bench-serve-')}/serve.db"
-    server = _Server(db)
+    server = _Server(db, max_streams=idle + 100)  # the idle ones and the measuring ones
     report = ServeReport(
         conditions={
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -288,6 +288,12 @@ def serve(
     no_worker: Annotated[
         bool, typer.Option("--no-worker", help="Serve only; workers run elsewhere.")
     ] = False,
+    max_streams: Annotated[
+        int,
+        typer.Option(
+            "--max-streams", min=1, help="Concurrent SSE streams; past it, 503 too_many_streams."
+        ),
+    ] = 1000,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
     import asyncio
@@ -306,6 +312,7 @@ def serve(
         webhooks=_webhooks(webhook),
         token=os.environ.get("TASKLAB_TOKEN") or None,
         embed_worker=not no_worker,
+        max_streams=max_streams,
     )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
@@ -413,7 +420,7 @@ def bench_runners(
 def bench_serve(
     n: Annotated[int, typer.Option("--n", min=100)] = 2000,
     events: Annotated[int, typer.Option("--events", min=100)] = 5000,
-    idle: Annotated[int, typer.Option("--idle", min=1, max=990)] = 990,
+    idle: Annotated[int, typer.Option("--idle", min=1, max=5000)] = 1000,
     as_json: AsJson = False,
 ) -> None:
     """Submits/s over HTTP and JSON-lines, SSE events/s, resume time, idle memory."""
