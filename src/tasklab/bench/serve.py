@@ -216,7 +216,7 @@ def _wait_done(url: str, task_id: str) -> None:
         time.sleep(0.05)
 
 
-def run(n: int = 2000, events: int = 5000, idle: int = 1000) -> ServeReport:
+def run(n: int = 5000, events: int = 5000, idle: int = 1000) -> ServeReport:
     db = f"sqlite:///{tempfile.mkdtemp(prefix='tasklab-bench-serve-')}/serve.db"
     server = _Server(db, max_streams=idle + 100)  # the idle ones and the measuring ones
     report = ServeReport(

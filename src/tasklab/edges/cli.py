@@ -296,10 +296,9 @@ def serve(
     ] = 1000,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
-    import asyncio
     import os
 
-    from tasklab.edges.serve import ServeOptions, check_binding
+    from tasklab.edges.serve import ServeOptions, check_binding, run_event_loop
     from tasklab.edges.serve import serve as run_server
 
     opts = ServeOptions(
@@ -316,7 +315,7 @@ def serve(
     )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
-        _guard(lambda: asyncio.run(run_server(a, opts)))
+        _guard(lambda: run_event_loop(run_server(a, opts)))
 
 
 def _webhooks(given: list[str] | None) -> list[str]:
@@ -418,7 +417,7 @@ def bench_runners(
 
 @bench.command("serve")
 def bench_serve(
-    n: Annotated[int, typer.Option("--n", min=100)] = 2000,
+    n: Annotated[int, typer.Option("--n", min=100)] = 5000,
     events: Annotated[int, typer.Option("--events", min=100)] = 5000,
     idle: Annotated[int, typer.Option("--idle", min=1, max=5000)] = 1000,
     as_json: AsJson = False,

@@ -15,8 +15,9 @@ import json
 import signal
 import socket
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 
@@ -25,6 +26,8 @@ from tasklab.core.states import CancelReason
 from tasklab.edges.http.app import ServerState, asgi_app
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -187,6 +190,16 @@ async def serve(app: TaskApp, opts: ServeOptions) -> dict[str, Any]:
     report = await service.stop()
     print(json.dumps(report), file=sys.stderr, flush=True)
     return report
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run the server's loop: uvloop where it is installed (Linux and macOS; the
+    event loop is what bounds submits per second), else asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def _safe(url: str) -> str:
