@@ -181,3 +181,15 @@ def test_a_stopping_worker_adopts_nothing(app):
     assert app.query(claim[0].task_id).state is State.QUEUED
     assert w.refill_request(ids) is None
     w.runner.shutdown()
+
+
+def test_claims_handed_to_a_closed_runner_go_back_to_queued(app):
+    """The abandon path: a group commit that finishes after the runner closed must not
+    leave its new claims running with nobody to run them (they would end as
+    outcome_unknown without ever having started)."""
+    app.submit_many("t.echo", [{"value": i} for i in range(2)])
+    w = app.worker(concurrency=1)
+    w.runner.shutdown()  # closed, but the worker was never told to stop
+    claims = app.store.claim(["t.echo"], 2, app.owner, 30.0)
+    w.adopt(claims)
+    assert app.counts()["queued"] == 2

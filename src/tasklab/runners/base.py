@@ -74,6 +74,8 @@ class BaseRunner(ABC):
         that slot over when the task's future completes (see `_done`)."""
         if not self.adopts:
             raise TypeError(f"the {self.kind} runner does not adopt claims")
+        if self._closing:
+            raise ShuttingDown(f"the {self.kind} runner is shutting down")
         with self._lock:
             self._inherited += 1
         return self._start(claim, inherited=True)

@@ -131,7 +131,7 @@ class Worker:
                     raise ShuttingDown("the worker is stopping")
                 self.runner.adopt(claim)
                 self.claimed += 1
-            except ShuttingDown:
+            except Exception:  # not started (stopping, or the pool is gone): give it back
                 try:
                     self.app.store.release(claim)
                 except TasklabError:
