@@ -1,11 +1,13 @@
 """The worker: claims from the store into a runner, reaps expired leases, shuts down
 by the worker rule of SPEC §2.
 
-It never claims more than its runner's free slots. On shutdown it stops claiming,
-releases claimed-but-unstarted tasks to `queued`, lets running tasks finish within the
-drain deadline, then requests cancellation of the rest (`shutdown`) and waits a short
-grace; a task that still runs is left to its lease. It never turns a queued task into
-anything else.
+It never claims more than its runner's free slots — counting, with the thread runner,
+the slots of tasks whose terminal write is committing: that transaction claims their
+successors (claim-on-finish, see finisher.py), which take the slots over the moment the
+finishing tasks return. On shutdown it stops claiming, releases claimed-but-unstarted
+tasks to `queued`, lets running tasks finish within the drain deadline, then requests
+cancellation of the rest (`shutdown`) and waits a short grace; a task that still runs
+is left to its lease. It never turns a queued task into anything else.
 """
 
 from __future__ import annotations
