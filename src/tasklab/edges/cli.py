@@ -365,7 +365,10 @@ def bench_queue(
         return
     table = Table("figure", "value", title=f"tasklab bench queue — {report.db}, N={report.n}")
     table.add_row("single commit (store)", f"{report.single_commit_per_s:,}/s")
-    table.add_row("enqueue one at a time", f"{report.enqueue_one_per_s:,}/s")
+    share = report.enqueue_one_per_s / max(report.single_commit_per_s, 1)
+    table.add_row(
+        "enqueue one at a time", f"{report.enqueue_one_per_s:,}/s ({share:.0%} of a commit)"
+    )
     table.add_row("enqueue submit_many", f"{report.enqueue_batch_per_s:,}/s")
     for c, rate in report.drain_per_s.items():
         table.add_row(f"drain, concurrency {c}", f"{rate:,}/s")
