@@ -89,7 +89,10 @@ class Finisher:
     def _write(
         self, batch: list[_Item]
     ) -> tuple[Refiller | None, list[State | BaseException], list[Claim]]:
-        refiller, request = self._refill([i.claim.task_id for i in batch])
+        try:
+            refiller, request = self._refill([i.claim.task_id for i in batch])
+        except Exception:  # a refill is an optimisation: the terminal writes go on
+            refiller, request = None, None
         try:
             states, claims = self.store.finish_and_claim(
                 [(i.claim, i.outcome, i.events) for i in batch], request

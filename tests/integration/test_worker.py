@@ -193,3 +193,16 @@ def test_claims_handed_to_a_closed_runner_go_back_to_queued(app):
     claims = app.store.claim(["t.echo"], 2, app.owner, 30.0)
     w.adopt(claims)
     assert app.counts()["queued"] == 2
+
+
+def test_a_failing_refill_never_holds_up_terminal_writes(app):
+    class Broken:
+        def refill_request(self, finishing):
+            raise RuntimeError("refill broke")
+
+        def adopt(self, claims):
+            raise AssertionError("nothing to adopt")
+
+    app.finisher.refillers.append(Broken())
+    tid = app.submit("t.echo", {"value": 7})
+    assert app.run(tid).result == 7  # settled, not stuck behind the refill

@@ -78,7 +78,7 @@ class BaseRunner(ABC):
             raise ShuttingDown(f"the {self.kind} runner is shutting down")
         with self._lock:
             self._inherited += 1
-        return self._start(claim, inherited=True)
+        return self._start(claim)
 
     def count_running(self, task_ids: list[str]) -> int:
         """How many of these tasks are this runner's."""
@@ -98,9 +98,9 @@ class BaseRunner(ABC):
                 f"{self.kind} queue is full: {self.workers} workers and {self.backlog} "
                 "backlog slots are taken"
             )
-        return self._start(work, inherited=False)
+        return self._start(work)
 
-    def _start(self, work: str | Claim, *, inherited: bool) -> Future[Any]:
+    def _start(self, work: str | Claim) -> Future[Any]:
         try:
             fut = self._start_task(work) if isinstance(work, str) else self._start_claim(work)
         except BaseException:
