@@ -149,7 +149,8 @@ class SqlStore(ABC):
 
     def _write_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> list[list[Row]]:
         """Statements that do not depend on each other's results, in one transaction;
-        each one's rows. A store may send them all at once (one round trip)."""
+        each one's rows. A store may run a lone statement as its own transaction (no
+        BEGIN/COMMIT round trips)."""
         with self._write() as conn:
             cursors = [self._x(conn, query, **params) for query, params in steps]
             return [list(c.fetchall()) if c.description is not None else [] for c in cursors]
