@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-CLIENTS = 16  # concurrent submitters (connections)
+CLIENTS = 64  # concurrent submitters (connections), as a load generator would use
 
 
 @dataclass
