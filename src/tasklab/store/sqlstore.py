@@ -201,10 +201,17 @@ class SqlStore(ABC):
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
         if len(items) == 1:  # the common case, in one round trip where it can be
-            params = self._insert_params(items[0])
+            item = items[0]
+            params = self._insert_params(item)
             inserted = self._write_steps([("insert_task", params)])[0]
             if inserted:
-                return [(self._fresh(items[0], params, inserted[0]), True)]
+                return [(self._fresh(item, params, inserted[0]), True)]
+            # ON CONFLICT DO NOTHING: the key is taken, by a committed task (the insert
+            # waited for a concurrent one); answer it rather than insert a second time
+            with self._read() as conn:
+                existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+            self._existing(existing, item, dumps(item.payload))
+            return [(self._snapshot(existing), False)]
         with self._write() as conn:
             if len(items) > 1 and all(i.idempotency_key is None for i in items):
                 batch = [self._insert_params(i) for i in items]
