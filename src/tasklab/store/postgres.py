@@ -23,7 +23,7 @@ from tasklab.store import queries
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
-MIGRATIONS = ["schema_1", "schema_2"]
+MIGRATIONS = ["schema_1", "schema_2", "schema_3"]
 
 
 class PostgresStore(SqlStore):

@@ -31,7 +31,7 @@ from tasklab.store.sqlstore import SqlStore
 
 _UNIX_EPOCH_JD = 2440587.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MIGRATIONS = ["schema_1"]
+MIGRATIONS = ["schema_1", "schema_2"]
 
 
 _write_locks: dict[str, threading.Lock] = {}

@@ -1,0 +1,81 @@
+"""A store written by the previous schema opens under the current one with nothing
+lost: tasks in every state, idempotency keys, events, outbox rows and their event ids.
+Then the migrated store keeps its promises (one task per key, claims, one outbox row)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tasklab.core.models import NewTask, Outcome
+from tasklab.core.states import State
+from tasklab.errors import IdempotencyConflict
+from tasklab.store import open_store, postgres, sqlite
+
+NAMES = ["t.echo"]
+# the last schema each store had before its tables were slimmed
+PREVIOUS = {"sqlite": ["schema_1"], "postgres": ["schema_1", "schema_2"]}
+
+
+def new(value, key=None):
+    return NewTask("t.echo", {"value": value}, 1, False, key)
+
+
+def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
+    kind = "sqlite" if store_url.startswith("sqlite") else "postgres"
+    module = sqlite if kind == "sqlite" else postgres
+    current = list(module.MIGRATIONS)
+    monkeypatch.setattr(module, "MIGRATIONS", PREVIOUS[kind])
+    old = open_store(store_url)
+    ((keyed, _),) = old.submit([new(1, key="k-1")])
+    ((done, _),) = old.submit([new(2)])
+    ((queued, _),) = old.submit([new(3)])
+    (claim,) = old.claim(NAMES, 1, "w1", 30.0)
+    assert claim.task_id == keyed.id
+    (claim2,) = old.claim(NAMES, 1, "w1", 30.0)
+    assert old.finish(claim2, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
+    event_id = old.outbox_for(done.id)["event_id"]
+    old.close()
+
+    monkeypatch.setattr(module, "MIGRATIONS", current)
+    new_store = open_store(store_url)
+    try:
+        assert new_store.get(keyed.id).state is State.RUNNING
+        finished = new_store.get(done.id)
+        assert finished.state is State.SUCCEEDED and finished.result == {"ok": 2}
+        assert [(e.seq, e.type) for e in new_store.events(done.id)] == [(1, "progress")]
+        assert new_store.outbox_for(done.id)["event_id"] == event_id
+        assert new_store.counts()["queued"] == 1 and new_store.counts()["succeeded"] == 1
+        # the key still names its task, and a different payload under it still conflicts
+        ((again, created),) = new_store.submit([new(1, key="k-1")])
+        assert again.id == keyed.id and not created
+        with pytest.raises(IdempotencyConflict):
+            new_store.submit([new(99, key="k-1")])
+        # the running claim keeps its authority across the migration
+        assert new_store.finish(claim, Outcome.returned("late"), []) is State.SUCCEEDED
+        (next_claim,) = new_store.claim(NAMES, 5, "w2", 30.0)
+        assert next_claim.task_id == queued.id
+        assert new_store.finish(next_claim, Outcome.returned(3), []) is State.SUCCEEDED
+        assert {new_store.outbox_for(t)["task_id"] for t in (keyed.id, queued.id)} == {
+            keyed.id,
+            queued.id,
+        }
+    finally:
+        new_store.close()
+    if kind == "sqlite":
+        path = store_url.removeprefix("sqlite:///")
+        with sqlite3.connect(path) as conn:
+            (ddl,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'tasks'").fetchone()
+        assert "WITHOUT ROWID" in ddl
+
+
+def test_a_fresh_store_reaches_the_latest_schema_once(store_url):
+    first = open_store(store_url)
+    first.close()
+    second = open_store(store_url)  # a second open runs no migration again
+    try:
+        ((snap, created),) = second.submit([new(1, key="once")])
+        assert created and second.get(snap.id).state is State.QUEUED
+    finally:
+        second.close()
