@@ -93,6 +93,9 @@ def test_submit_prints_the_id_and_json_shapes(db):
         (["cancel", "nope"], 2, "not_found"),
         (["list", "--state", "weird"], 2, "unknown state"),
         (["submit", "t.echo", "--app", "no.such.module:app"], 2, "cannot import"),
+        (["worker", "--pin-cpu", "4096"], 2, "CPU 4096 is not available to this process"),
+        (["worker", "--pin-cpu", "0", "--runner", "process"], 2, "for the thread runner"),
+        (["serve", "--pin-cpu", "0", "--runner", "async"], 2, "for the thread runner"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_stores_nothing(db, args, code, message):

@@ -52,6 +52,12 @@ def echo(ctx: Any, value: Any = None) -> Any:
     return value
 
 
+@app.task(name="t.affinity")
+def affinity(ctx: Any) -> list[int]:
+    """The CPUs the executing thread may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
 @app.task(name="t.noop")
 def noop(ctx: Any) -> None:
     return None

@@ -4,8 +4,11 @@ cancellation; it never turns a queued task into anything else."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+
+import pytest
 
 from tasklab import Settings, State
 from tests.conftest import make_app, wait_for
@@ -206,3 +209,23 @@ def test_a_failing_refill_never_holds_up_terminal_writes(app):
     app.finisher.refillers.append(Broken())
     tid = app.submit("t.echo", {"value": 7})
     assert app.run(tid).result == 7  # settled, not stuck behind the refill
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
+def test_pinned_thread_runner_runs_its_tasks_on_one_cpu_and_nothing_else(app):
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[-1]
+    ids = [app.submit("t.affinity", {}) for _ in range(6)]
+    with app.worker(concurrency=3, pin_cpu=cpu):
+        wait_for(lambda: all(app.query(t).terminal for t in ids))
+    snaps = [app.query(t) for t in ids]
+    assert [s.result for s in snaps] == [[cpu]] * 6
+    assert sorted(os.sched_getaffinity(0)) == allowed  # the calling thread is left alone
+
+
+def test_pinning_is_refused_for_other_runners_and_unknown_cpus(app):
+    with pytest.raises(ValueError, match="thread runner"):
+        app.worker(runner="process", concurrency=1, pin_cpu=0)
+    if hasattr(os, "sched_setaffinity"):
+        with pytest.raises(ValueError, match="not available to this process"):
+            app.worker(concurrency=1, pin_cpu=4096)

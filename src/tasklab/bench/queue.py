@@ -74,11 +74,13 @@ def enqueue_rates(app: TaskApp, n: int) -> tuple[float, float]:
     return one, many
 
 
-def drain_rate(app: TaskApp, n: int, concurrency: int, batch: int = 1000) -> float:
+def drain_rate(
+    app: TaskApp, n: int, concurrency: int, batch: int = 1000, pin_cpu: int | None = None
+) -> float:
     ids: list[str] = []
     for start in range(0, n, batch):
         ids += app.submit_many("bench.noop", [{}] * min(batch, n - start))
-    with app.worker(concurrency=concurrency):
+    with app.worker(concurrency=concurrency, pin_cpu=pin_cpu):
         # poll gently: the drain figure comes from the store's timestamps, and the
         # observer must not compete with the worker for the GIL and the database (a
         # key lookup of the last tasks, not a count over the whole table)
@@ -97,7 +99,7 @@ def _all_done(app: TaskApp, ids: list[str]) -> bool:
     return counts["queued"] + counts["running"] == 0
 
 
-def latency(app: TaskApp, samples: int) -> dict[str, float]:
+def latency(app: TaskApp, samples: int, pin_cpu: int | None = None) -> dict[str, float]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     worker = subprocess.Popen(
@@ -112,6 +114,7 @@ def latency(app: TaskApp, samples: int) -> dict[str, float]:
             "tasklab.bench.tasks:app",
             "--concurrency",
             "1",
+            *([] if pin_cpu is None else ["--pin-cpu", str(pin_cpu)]),
         ],
         env=env,
         stderr=subprocess.PIPE,
@@ -140,7 +143,12 @@ def latency(app: TaskApp, samples: int) -> dict[str, float]:
 
 
 def run(
-    db: str, n: int, durability: str, concurrencies: list[int], latency_samples: int
+    db: str,
+    n: int,
+    durability: str,
+    concurrencies: list[int],
+    latency_samples: int,
+    pin_cpu: int | None = None,
 ) -> QueueReport:
     app = _app(db, durability)
     _reset(app)
@@ -151,7 +159,8 @@ def run(
         conditions={
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "python": platform.python_version(),
-            "worker": "one process, thread runner",
+            "worker": "one process, thread runner"
+            + ("" if pin_cpu is None else f", its threads pinned to CPU {pin_cpu}"),
             "sqlite_synchronous": durability.upper() if db.startswith("sqlite") else None,
         },
     )
@@ -161,8 +170,8 @@ def run(
     # drain the 2n tasks just enqueued first, so that every drain starts from empty
     _drain_all(app)
     for c in concurrencies:
-        report.drain_per_s[str(c)] = round(drain_rate(app, n, c))
-    report.latency_ms = latency(app, latency_samples)
+        report.drain_per_s[str(c)] = round(drain_rate(app, n, c, pin_cpu=pin_cpu))
+    report.latency_ms = latency(app, latency_samples, pin_cpu)
     app.close()
     return report
 

@@ -26,6 +26,7 @@ from tasklab.core.states import CancelReason
 from tasklab.edges.http.app import ServerState, asgi_app
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
+from tasklab.runners.thread import check_cpu
 
 T = TypeVar("T")
 
@@ -43,6 +44,7 @@ class ServeOptions:
     max_streams: int = 1000
     sse_heartbeat: float = 15.0
     embed_worker: bool = True
+    pin_cpu: int | None = None  # the embedded worker's thread runner (see runners.thread)
 
 
 def is_loopback(host: str) -> bool:
@@ -55,10 +57,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_binding(opts: ServeOptions) -> None:
+    """Refuse bad options before anything binds or opens."""
     if not is_loopback(opts.host) and not opts.token:
         raise ValueError(
             f"refusing to bind {opts.host}: a non-loopback address needs TASKLAB_TOKEN"
         )
+    if opts.pin_cpu is not None:
+        if opts.runner != "thread":
+            raise ValueError(f"--pin-cpu is for the thread runner, not the {opts.runner} runner")
+        check_cpu(opts.pin_cpu)
 
 
 class _Server(uvicorn.Server):
@@ -102,7 +109,10 @@ class Service:
         if opts.embed_worker:
             self.worker = await state.db(
                 lambda: app.worker(
-                    runner=opts.runner, concurrency=opts.concurrency, webhooks=opts.webhooks
+                    runner=opts.runner,
+                    concurrency=opts.concurrency,
+                    webhooks=opts.webhooks,
+                    pin_cpu=opts.pin_cpu,
                 ).start()
             )
         self.jsonl = await JsonLinesServer(

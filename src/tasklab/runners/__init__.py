@@ -11,11 +11,15 @@ if TYPE_CHECKING:
 RUNNER_KINDS = ("thread", "process", "async")
 
 
-def make_runner(kind: str, app: TaskApp, workers: int, backlog: int = 0) -> BaseRunner:
+def make_runner(
+    kind: str, app: TaskApp, workers: int, backlog: int = 0, pin_cpu: int | None = None
+) -> BaseRunner:
+    if pin_cpu is not None and kind != "thread":
+        raise ValueError(f"pinning to a CPU is for the thread runner, not the {kind} runner")
     if kind == "thread":
         from tasklab.runners.thread import ThreadTaskRunner
 
-        return ThreadTaskRunner(app, workers, backlog)
+        return ThreadTaskRunner(app, workers, backlog, pin_cpu)
     if kind == "process":
         from tasklab.runners.process import ProcessTaskRunner
 

@@ -39,9 +39,12 @@ class Worker:
         backlog: int = 0,
         names: list[str] | None = None,
         webhooks: list[str] | None = None,
+        pin_cpu: int | None = None,
     ) -> None:
         self.app = app
-        self.runner = make_runner(runner, app, workers=concurrency, backlog=backlog)
+        self.runner = make_runner(
+            runner, app, workers=concurrency, backlog=backlog, pin_cpu=pin_cpu
+        )
         self.id = f"{app.owner}:{uuid.uuid4().hex[:6]}"
         wanted = names or app.registry.names()
         specs = [app.registry.get(n) for n in wanted]
