@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from tasklab.config import Settings
 from tasklab.core.context import TaskContext
+from tasklab.core.jsontext import check_text
 from tasklab.core.models import (
     CancelOutcome,
     Claim,
@@ -146,6 +147,11 @@ class TaskApp:
         valid = spec.validate(payload, self.data_dir)
         if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
             raise InvalidPayload("idempotency_key must be a string of 1 to 200 characters")
+        if key is not None:
+            try:
+                check_text(key)
+            except ValueError as exc:
+                raise InvalidPayload(f"idempotency_key is not text: {exc}") from None
         if max_attempts is not None and (
             not isinstance(max_attempts, int)
             or isinstance(max_attempts, bool)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tasklab.core.context import TaskContext
+from tasklab.core.jsontext import dumps
 from tasklab.core.models import JSON, Claim, EffectRecord, Outcome
 from tasklab.core.policy import exception_outcome
 from tasklab.core.registry import TaskDef
@@ -206,8 +207,9 @@ class Execution:
 
 
 def result_outcome(value: object) -> Outcome:
+    """A returned value, encoded once here: checked now, stored as this text later."""
     try:
-        json.dumps(value, allow_nan=False)
+        encoded = dumps(value)
     except (TypeError, ValueError) as exc:
         return Outcome.failed(ErrorCode.INVALID_RESULT, f"the result is not JSON: {exc}")
-    return Outcome.returned(value)
+    return Outcome.returned(value, encoded)

@@ -98,8 +98,19 @@ class Finisher:
                 [(i.claim, i.outcome, i.events) for i in batch], request
             )
             return refiller, list(states), claims
-        except Exception as exc:  # the whole transaction failed: every item did
-            return refiller, [exc] * len(batch), []
+        except Exception as exc:
+            if len(batch) == 1:
+                return refiller, [exc], []
+        # The transaction wrote nothing. One bad write must not fail the tasks that
+        # happened to share its commit: each on its own.
+        return refiller, [self._write_alone(i) for i in batch], []
+
+    def _write_alone(self, item: _Item) -> State | BaseException:
+        try:
+            states, _ = self.store.finish_and_claim([(item.claim, item.outcome, item.events)], None)
+            return states[0]
+        except Exception as exc:
+            return exc
 
     def _refill(self, finishing: list[str]) -> tuple[Refiller | None, ClaimRequest | None]:
         for refiller in list(self.refillers):

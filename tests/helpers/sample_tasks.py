@@ -63,6 +63,17 @@ def noop(ctx: Any) -> None:
     return None
 
 
+@app.task(name="t.surrogate")
+def surrogate(ctx: Any, where: str) -> str:
+    """Lone surrogates (valid in a Python str, not in UTF-8) where the test asks."""
+    bad = "bad \ud800 text"
+    if where == "stream":
+        ctx.stream(bad)
+    if where == "raise":
+        raise RuntimeError(bad)
+    return bad
+
+
 @app.task(name="t.boom")
 def boom(ctx: Any, message: str = "boom") -> None:
     raise RuntimeError(message)

@@ -229,3 +229,40 @@ def test_pinning_is_refused_for_other_runners_and_unknown_cpus(app):
     if hasattr(os, "sched_setaffinity"):
         with pytest.raises(ValueError, match="not available to this process"):
             app.worker(concurrency=1, pin_cpu=4096)
+
+
+def test_a_result_that_is_not_text_fails_its_task_alone(app):
+    """A lone surrogate in a result used to fail the group commit it shared with other
+    tasks (all of them then ended outcome_unknown when their leases ran out)."""
+    bad = [app.submit("t.surrogate", {"where": "return"}) for _ in range(3)]
+    good = [app.submit("t.echo", {"value": i}) for i in range(12)]
+    with app.worker(concurrency=8):
+        wait_for(lambda: all(app.query(t).terminal for t in bad + good))
+    for t in bad:
+        snap = app.query(t)
+        assert snap.state is State.FAILED and snap.error.code == "invalid_result"
+        assert "lone surrogate" in snap.error.message
+    assert [app.query(t).result for t in good] == list(range(12))
+    assert app.store.counters()["terminal_write_failures"] == 0
+
+
+def test_surrogates_in_raised_messages_and_streams_end_as_task_errors(app):
+    raised = app.submit("t.surrogate", {"where": "raise"})
+    streamed = app.submit("t.surrogate", {"where": "stream"})
+    with app.worker(concurrency=2):
+        wait_for(lambda: app.query(raised).terminal and app.query(streamed).terminal)
+    r, s = app.query(raised), app.query(streamed)
+    assert r.state is State.FAILED and r.error.code == "task_error"
+    assert r.error.message == "RuntimeError: bad \\ud800 text"
+    assert s.state is State.FAILED and "streamed text is not text" in s.error.message
+
+
+@pytest.mark.parametrize(
+    ("payload", "key"), [({"value": "x\ud800"}, None), ({"value": 1}, "key-\ud800")]
+)
+def test_submits_that_are_not_text_are_refused_and_store_nothing(app, payload, key):
+    from tasklab.errors import InvalidPayload
+
+    with pytest.raises(InvalidPayload, match="lone surrogate"):
+        app.submit("t.echo", payload, idempotency_key=key)
+    assert sum(app.counts().values()) == 0

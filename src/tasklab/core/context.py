@@ -6,12 +6,12 @@ the context itself does no I/O of its own and is the same for every runner.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tasklab.core.jsontext import check_text, dumps
 from tasklab.core.models import JSON, EffectRecord
 from tasklab.errors import Cancelled, InvalidPayload
 
@@ -105,6 +105,10 @@ class TaskContext:
         """Append text to the task's output; written as coalesced `chunk` events."""
         if not isinstance(text, str):
             raise TypeError("ctx.stream() takes text")
+        try:
+            check_text(text)
+        except ValueError as exc:
+            raise InvalidPayload(f"streamed text is not text: {exc}") from None
         if text:
             self._port.add_text(text)
 
@@ -128,6 +132,6 @@ class TaskContext:
 
 def _check_json(value: JSON, what: str) -> None:
     try:
-        json.dumps(value, allow_nan=False)
+        dumps(value)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from None

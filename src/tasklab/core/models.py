@@ -162,10 +162,11 @@ class Outcome:
     error: ErrorInfo | None = None
     reason: CancelReason | None = None
     retry_delay: float = 0.0
+    encoded: str | None = None  # the result's stored JSON text, when already made
 
     @staticmethod
-    def returned(result: JSON) -> Outcome:
-        return Outcome("return", result=result)
+    def returned(result: JSON, encoded: str | None = None) -> Outcome:
+        return Outcome("return", result=result, encoded=encoded)
 
     @staticmethod
     def failed(code: ErrorCode, message: str) -> Outcome:

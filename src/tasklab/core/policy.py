@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tasklab.core.jsontext import check_text
 from tasklab.core.models import ErrorInfo, Expired, Outcome
 from tasklab.core.states import (
     CancelReason,
@@ -55,6 +56,14 @@ def expiry_outcome(task: Expired, backoff: Backoff) -> Outcome:
     return Outcome.failed(ErrorCode.OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_MESSAGE)
 
 
+def storable(message: str) -> str:
+    """An error message as text a database takes (lone surrogates escaped)."""
+    try:
+        return check_text(message)
+    except ValueError:
+        return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def exception_outcome(
     exc: BaseException,
     *,
@@ -66,7 +75,7 @@ def exception_outcome(
 ) -> Outcome:
     """A task raised `exc` (not a cancellation)."""
     return error_outcome(
-        f"{type(exc).__name__}: {exc}",
+        storable(f"{type(exc).__name__}: {exc}"),
         retryable=bool(retry_on) and isinstance(exc, retry_on),
         attempt=attempt,
         max_attempts=max_attempts,
@@ -98,6 +107,7 @@ class Settlement:
     state: State
     result: object = None
     error: ErrorInfo | None = None
+    encoded: str | None = None  # the result's JSON text, if the outcome carried it
     reason: CancelReason | None = None
     delay: float = 0.0
 
@@ -112,7 +122,7 @@ def settle(current: State, outcome: Outcome) -> Settlement:
     if outcome.kind == "return":
         new = next_state(current, Transition.RETURN)
         if new is State.SUCCEEDED:
-            return Settlement(new, result=outcome.result)
+            return Settlement(new, result=outcome.result, encoded=outcome.encoded)
         return Settlement(new)
     if outcome.kind == "cancel":
         return Settlement(next_state(current, Transition.CHECKPOINT_CANCEL), reason=outcome.reason)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasklab.core.jsontext import dumps
 from tasklab.errors import InvalidPayload, UnknownTask
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -54,7 +54,7 @@ class TaskDef:
         if not isinstance(payload, dict):
             raise InvalidPayload(f"payload for {self.name!r} must be a JSON object")
         try:
-            encoded = json.dumps(payload, allow_nan=False)
+            encoded = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"payload is not JSON: {exc}") from None
         if len(encoded.encode()) > MAX_PAYLOAD_BYTES:

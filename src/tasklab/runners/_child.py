@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tasklab.core.context import TaskContext
+from tasklab.core.jsontext import dumps
 from tasklab.core.models import EffectRecord
 from tasklab.errors import Cancelled, LeaseLost
 
@@ -135,7 +136,7 @@ def _run(
             "mro": mro,
         }
     try:
-        json.dumps(value, allow_nan=False)
+        dumps(value)
     except (TypeError, ValueError) as exc:
         return {"op": "done", "kind": "invalid_result", "message": f"the result is not JSON: {exc}"}
     return {"op": "done", "kind": "return", "value": value}

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
+from tasklab.core.jsontext import dumps
 from tasklab.core.models import (
     JSON,
     CancelOutcome,
@@ -41,10 +42,6 @@ from tasklab.errors import IdempotencyConflict, LeaseLost, TaskNotFound
 from tasklab.store.base import Faults, PendingEvent
 
 Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
-
-
-def dumps(value: JSON) -> str:
-    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
 
 def new_task_id() -> str:
@@ -531,7 +528,9 @@ class SqlStore(ABC):
             "epoch": epoch,
             "from_state": current.value,
             "state": s.state.value,
-            "result": dumps(s.result) if s.state is State.SUCCEEDED else None,
+            "result": (s.encoded if s.encoded is not None else dumps(s.result))
+            if s.state is State.SUCCEEDED
+            else None,
             "error_code": s.error.code if s.error else None,
             "error_message": s.error.message if s.error else None,
             "reason": s.reason.value if s.reason else None,

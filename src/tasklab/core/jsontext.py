@@ -1,0 +1,34 @@
+"""The one JSON text tasklab stores and sends: strict (no NaN or Infinity), compact,
+non-ASCII kept as is — and therefore checked to be valid UTF-8.
+
+Python strings may hold lone surrogates (``"\\ud800"``) that no database or wire can
+take. Checking here, where a value becomes text, turns them into a clear "not JSON"
+error for the caller instead of a failed write later: a task result with one would
+otherwise fail the group commit it shares with other tasks.
+"""
+
+from __future__ import annotations
+
+import json
+
+# one encoder: json.dumps with options builds a new encoder on every call
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(value: object) -> str:
+    """The stored text of a JSON value; ValueError/TypeError if it is not JSON."""
+    text = _ENCODER.encode(value)
+    if not text.isascii():
+        check_text(text)
+    return text
+
+
+def check_text(text: str) -> str:
+    """ValueError unless the string can be written as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"a lone surrogate ({text[exc.start]!r}) at position {exc.start} is not text"
+        ) from None
+    return text
