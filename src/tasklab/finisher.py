@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
@@ -31,6 +31,12 @@ class Refiller(Protocol):
         """Start claims made for slots that are about to be freed."""
 
 
+def _held_lock() -> Any:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass
 class _Item:
     claim: Claim
@@ -38,7 +44,19 @@ class _Item:
     events: list[PendingEvent]
     result: State | BaseException | None = None
     done: bool = False
-    ready: threading.Event = field(default_factory=threading.Event)
+    # Held until the item is done or handed the lead: a bare lock is the cheapest
+    # wait-and-wake there is (an Event builds a Condition, and a lock for every wait).
+    # Only the thread that holds the lead wakes an item, so `woken` needs no lock.
+    gate: Any = field(default_factory=_held_lock)
+    woken: bool = False
+
+    def wait(self) -> None:
+        self.gate.acquire()
+
+    def wake(self) -> None:
+        if not self.woken:
+            self.woken = True
+            self.gate.release()
 
 
 class Finisher:
@@ -58,7 +76,7 @@ class Finisher:
             lead = not self._leading
             self._leading = True
         if not lead:
-            item.ready.wait()  # a result, or the lead handed to us
+            item.wait()  # a result, or the lead handed to us
         while not item.done:
             with self._lock:
                 batch = self._pending[: self.max_batch]
@@ -69,7 +87,7 @@ class Finisher:
                 # with publishing this one.
                 with self._lock:
                     if self._pending:
-                        self._pending[0].ready.set()  # not done: it leads next
+                        self._pending[0].wake()  # not done: it leads next
                     else:
                         self._leading = False
             if claims and refiller is not None:
@@ -80,7 +98,7 @@ class Finisher:
             for done, result in zip(batch, results, strict=True):
                 done.result = result
                 done.done = True
-                done.ready.set()
+                done.wake()
         if isinstance(item.result, BaseException):
             raise item.result
         assert item.result is not None

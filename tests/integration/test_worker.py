@@ -216,8 +216,9 @@ def test_pinned_thread_runner_runs_its_tasks_on_one_cpu_and_nothing_else(app):
     allowed = sorted(os.sched_getaffinity(0))
     cpu = allowed[-1]
     ids = [app.submit("t.affinity", {}) for _ in range(6)]
-    with app.worker(concurrency=3, pin_cpu=cpu):
+    with app.worker(concurrency=3, pin_cpu=cpu) as w:
         wait_for(lambda: all(app.query(t).terminal for t in ids))
+        assert os.sched_getaffinity(w._thread.native_id) == {cpu}  # the claim loop too
     snaps = [app.query(t) for t in ids]
     assert [s.result for s in snaps] == [[cpu]] * 6
     assert sorted(os.sched_getaffinity(0)) == allowed  # the calling thread is left alone

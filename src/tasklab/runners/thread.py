@@ -41,7 +41,7 @@ class ThreadTaskRunner(BaseRunner):
         self._pool = ThreadPoolExecutor(
             max_workers=workers,
             thread_name_prefix=THREAD_PREFIX,
-            initializer=None if pin_cpu is None else partial(_pin_this_thread, pin_cpu),
+            initializer=None if pin_cpu is None else partial(pin_this_thread, pin_cpu),
         )
 
     def _start_task(self, task_id: str) -> Future[Any]:
@@ -70,5 +70,6 @@ def check_cpu(cpu: int) -> None:
         raise ValueError(f"CPU {cpu} is not available to this process; it may use {allowed}")
 
 
-def _pin_this_thread(cpu: int) -> None:
+def pin_this_thread(cpu: int) -> None:
+    """Run the calling thread on `cpu` from now on; threads it starts inherit this."""
     os.sched_setaffinity(0, {cpu})  # 0: the calling thread only (Linux affinity is per thread)

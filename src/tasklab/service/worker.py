@@ -45,6 +45,7 @@ class Worker:
         self.runner = make_runner(
             runner, app, workers=concurrency, backlog=backlog, pin_cpu=pin_cpu
         )
+        self.pin_cpu = pin_cpu
         self.id = f"{app.owner}:{uuid.uuid4().hex[:6]}"
         wanted = names or app.registry.names()
         specs = [app.registry.get(n) for n in wanted]
@@ -144,6 +145,11 @@ class Worker:
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
+        if self.pin_cpu is not None:
+            # the claim loop hands work to the runner's threads: on their CPU too
+            from tasklab.runners.thread import pin_this_thread
+
+            pin_this_thread(self.pin_cpu)
         store, settings = self.app.store, self.app.settings
         next_reap = 0.0
         while not self._stop.is_set():

@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import re
-import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -47,13 +46,13 @@ Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
 def new_task_id() -> str:
     """Time-ordered ids (ms since the epoch, then randomness) so that `ORDER BY id`
     is creation order and keyset pagination needs no second column."""
-    return f"{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+    return f"{int(time.time() * 1000):012x}{os.urandom(6).hex()}"
 
 
 def new_event_id() -> str:
     """Time-ordered too: outbox rows then append to the key's index instead of
     dirtying a random page of it in every commit (32 hex digits, like a uuid4)."""
-    return f"{int(time.time() * 1000):012x}{secrets.token_hex(10)}"
+    return f"{int(time.time() * 1000):012x}{os.urandom(10).hex()}"
 
 
 _ID = re.compile(r"[0-9a-f]{24}")
