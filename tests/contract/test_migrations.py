@@ -28,24 +28,25 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
     current = list(module.MIGRATIONS)
     monkeypatch.setattr(module, "MIGRATIONS", PREVIOUS[kind])
     old = open_store(store_url)
-    ((keyed, _),) = old.submit([new(1, key="k-1")])
-    ((done, _),) = old.submit([new(2)])
-    ((queued, _),) = old.submit([new(3)])
-    (claim,) = old.claim(NAMES, 1, "w1", 30.0)
-    assert claim.task_id == keyed.id
-    (claim2,) = old.claim(NAMES, 1, "w1", 30.0)
-    assert old.finish(claim2, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
-    event_id = old.outbox_for(done.id)["event_id"]
-    old.close()
+    try:
+        ((keyed, _),) = old.submit([new(1, key="k-1")])
+        old.submit([new(2), new(3)])
+        # tasks made in the same millisecond claim in any order: name them by claim
+        running, done = old.claim(NAMES, 2, "w1", 30.0)
+        assert old.finish(done, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
+        event_id = old.outbox_for(done.task_id)["event_id"]
+        (queued,) = old.page(State.QUEUED, 10, None).items
+    finally:
+        old.close()
 
     monkeypatch.setattr(module, "MIGRATIONS", current)
     new_store = open_store(store_url)
     try:
-        assert new_store.get(keyed.id).state is State.RUNNING
-        finished = new_store.get(done.id)
+        assert new_store.get(running.task_id).state is State.RUNNING
+        finished = new_store.get(done.task_id)
         assert finished.state is State.SUCCEEDED and finished.result == {"ok": 2}
-        assert [(e.seq, e.type) for e in new_store.events(done.id)] == [(1, "progress")]
-        assert new_store.outbox_for(done.id)["event_id"] == event_id
+        assert [(e.seq, e.type) for e in new_store.events(done.task_id)] == [(1, "progress")]
+        assert new_store.outbox_for(done.task_id)["event_id"] == event_id
         assert new_store.counts()["queued"] == 1 and new_store.counts()["succeeded"] == 1
         # the key still names its task, and a different payload under it still conflicts
         ((again, created),) = new_store.submit([new(1, key="k-1")])
@@ -53,14 +54,12 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
         with pytest.raises(IdempotencyConflict):
             new_store.submit([new(99, key="k-1")])
         # the running claim keeps its authority across the migration
-        assert new_store.finish(claim, Outcome.returned("late"), []) is State.SUCCEEDED
+        assert new_store.finish(running, Outcome.returned("late"), []) is State.SUCCEEDED
         (next_claim,) = new_store.claim(NAMES, 5, "w2", 30.0)
         assert next_claim.task_id == queued.id
         assert new_store.finish(next_claim, Outcome.returned(3), []) is State.SUCCEEDED
-        assert {new_store.outbox_for(t)["task_id"] for t in (keyed.id, queued.id)} == {
-            keyed.id,
-            queued.id,
-        }
+        ids = {running.task_id, queued.id}
+        assert {new_store.outbox_for(t)["task_id"] for t in ids} == ids
     finally:
         new_store.close()
     if kind == "sqlite":

@@ -142,6 +142,14 @@ def test_claim_respects_limit_and_names(store):
     assert len(store.claim(NAMES, 3, "w", 5.0)) == 2
 
 
+def test_tasks_submitted_one_after_another_are_claimed_in_that_order(store):
+    """FIFO for one submitter, also within one millisecond (ids count up there)."""
+    singles = [store.submit([new({"value": i})])[0][0].id for i in range(30)]
+    batch = [snap.id for snap, _ in store.submit([new({"value": i}) for i in range(30)])]
+    claimed = [c.task_id for _ in range(60) for c in store.claim(NAMES, 1, "w", 5.0)]
+    assert claimed == singles + batch
+
+
 def test_cancel_queued_running_terminal(store, reader):
     (a, _), (b, _) = store.submit([new(), new()])
     out = store.cancel(a.id, CancelReason.USER)

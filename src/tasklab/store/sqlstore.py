@@ -43,10 +43,33 @@ from tasklab.store.base import Faults, PendingEvent
 Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
 
 
-def new_task_id() -> str:
-    """Time-ordered ids (ms since the epoch, then randomness) so that `ORDER BY id`
-    is creation order and keyset pagination needs no second column."""
-    return f"{int(time.time() * 1000):012x}{os.urandom(6).hex()}"
+class _TaskIds:
+    """Time-ordered ids (ms since the epoch, then 48 random bits) so that `ORDER BY id`
+    is creation order and keyset pagination needs no second column. Within one
+    process they strictly increase (within a millisecond the random part counts up, as
+    in ULID's monotonic mode; a clock stepping back does not reorder): tasks submitted
+    one after another are claimed in that order. Across processes, tasks of the same
+    millisecond are ordered by chance."""
+
+    _RANDOM_BITS = 47  # the first of the 48 stays 0: room to count up within a ms
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ms = 0
+        self._rand = 0
+
+    def __call__(self) -> str:
+        ms = int(time.time() * 1000)
+        with self._lock:
+            if ms <= self._ms:
+                ms, rand = self._ms, self._rand + 1
+            else:
+                rand = int.from_bytes(os.urandom(6)) >> (48 - self._RANDOM_BITS)
+            self._ms, self._rand = ms, rand
+        return f"{ms:012x}{rand:012x}"
+
+
+new_task_id = _TaskIds()
 
 
 def new_event_id() -> str:
