@@ -23,7 +23,7 @@ from tasklab.store import queries
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
-MIGRATIONS = ["schema_1", "schema_2", "schema_3"]
+MIGRATIONS = ["schema_1", "schema_2", "schema_3", "schema_4"]
 
 
 class PostgresStore(SqlStore):
@@ -97,15 +97,19 @@ class PostgresStore(SqlStore):
                     conn.execute(self.q["schema_version_set"], {"version": version})
 
     def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Any]:
-        # executemany pipelines the statements: one round trip for the batch, not one each
-        with conn.cursor() as cur:
-            cur.executemany(self.q["insert_task"], batch, returning=True)
-            rows = []
-            while True:
-                rows.extend(cur.fetchall())
-                if not cur.nextset():
-                    break
-        return rows
+        rows = self._all(
+            conn,
+            "insert_tasks",
+            ids=[p["id"] for p in batch],
+            tasks=[p["task"] for p in batch],
+            payloads=[p["payload"] for p in batch],
+            max_attempts=[p["max_attempts"] for p in batch],
+            retry_safe=[p["retry_safe"] for p in batch],
+            request_bound=[p["request_bound"] for p in batch],
+            timeouts=[p["timeout"] for p in batch],
+        )
+        by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
+        return [by_id[p["id"]] for p in batch]
 
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         ids, epochs, ns = (list(column) for column in zip(*batch, strict=True))

@@ -137,6 +137,29 @@ CREATE UNIQUE INDEX IF NOT EXISTS tasks_key ON tasks (idempotency_key)
 DROP INDEX IF EXISTS tasks_by_state;
 CREATE INDEX tasks_by_state ON tasks (state, id) WHERE state <> 'queued';
 
+-- name: schema_4
+-- A notification says only "something changed" (readers re-read; nobody used the task
+-- id it carried), so PostgreSQL folds those of one transaction into one: a batch of
+-- 1,000 submits or a group commit of 32 finishes wakes each listener once, not once per
+-- row. Inserts notify once per statement.
+CREATE OR REPLACE FUNCTION tasklab_notify() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('tasklab', '');
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS tasks_notify_insert ON tasks;
+CREATE TRIGGER tasks_notify_insert AFTER INSERT ON tasks
+    FOR EACH STATEMENT EXECUTE FUNCTION tasklab_notify();
+DROP TRIGGER IF EXISTS tasks_notify_state ON tasks;
+CREATE TRIGGER tasks_notify_state AFTER UPDATE OF state ON tasks
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state AND NEW.state <> 'running')
+    EXECUTE FUNCTION tasklab_notify();
+DROP TRIGGER IF EXISTS events_notify ON events;
+CREATE TRIGGER events_notify AFTER INSERT ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION tasklab_notify();
+DROP FUNCTION IF EXISTS tasklab_notify_task();
+DROP FUNCTION IF EXISTS tasklab_notify_event();
+
 -- name: schema_version_create
 -- The table that records which migrations ran.
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -165,6 +188,21 @@ VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bou
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
         clock_timestamp(), clock_timestamp())
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, created_at, run_after;
+
+-- name: insert_tasks
+-- Many new tasks without idempotency keys in one statement: one plan and one pass
+-- instead of a statement per row (arrays, one element per task).
+INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
+                   timeout, run_after, created_at)
+SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
+       t.timeout, clock_timestamp(), clock_timestamp()
+FROM unnest(CAST(:ids AS TEXT[]), CAST(:tasks AS TEXT[]), CAST(:payloads AS TEXT[]),
+            CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
+            CAST(:request_bound AS BOOLEAN[]), CAST(:timeouts AS DOUBLE PRECISION[]))
+     WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
+                          timeout, n)
+ORDER BY t.n
 RETURNING id, created_at, run_after;
 
 -- name: task_by_key
