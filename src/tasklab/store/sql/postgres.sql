@@ -285,6 +285,13 @@ RETURNING t.id, t.epoch, t.state, t.event_seq;
 INSERT INTO events (task_id, seq, attempt, type, data, at)
 VALUES (:task_id, :seq, :attempt, :type, :data, clock_timestamp());
 
+-- name: insert_event_batch
+-- `insert_event` for a group commit in one statement.
+INSERT INTO events (task_id, seq, attempt, type, data, at)
+SELECT e.task_id, e.seq, e.attempt, e.type, e.data, clock_timestamp()
+FROM unnest(CAST(:task_id AS TEXT[]), CAST(:seq AS BIGINT[]), CAST(:attempt AS INTEGER[]),
+            CAST(:type AS TEXT[]), CAST(:data AS TEXT[])) AS e(task_id, seq, attempt, type, data);
+
 -- name: heartbeat
 -- Renew a lease if the authority still holds; answers the state (cancel delivery).
 UPDATE tasks SET lease_until = clock_timestamp() + make_interval(secs => :lease)
@@ -302,6 +309,22 @@ UPDATE tasks SET state = :state, result = CAST(:result AS TEXT),
     run_after = clock_timestamp() + make_interval(secs => :delay)
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
+-- name: finish_batch
+-- `finish` for a group commit in one statement (arrays, one element per task): one
+-- plan and one pass instead of a statement per task.
+UPDATE tasks t SET state = v.state, result = v.result, error_code = v.error_code,
+    error_message = v.error_message, cancel_reason = COALESCE(t.cancel_reason, v.reason),
+    finished_at = CASE WHEN v.terminal THEN clock_timestamp() END,
+    lease_owner = NULL, lease_until = NULL,
+    run_after = clock_timestamp() + make_interval(secs => v.delay)
+FROM unnest(CAST(:id AS TEXT[]), CAST(:epoch AS BIGINT[]), CAST(:from_state AS TEXT[]),
+            CAST(:state AS TEXT[]), CAST(:result AS TEXT[]), CAST(:error_code AS TEXT[]),
+            CAST(:error_message AS TEXT[]), CAST(:reason AS TEXT[]),
+            CAST(:terminal AS BOOLEAN[]), CAST(:delay AS DOUBLE PRECISION[]))
+     AS v(id, epoch, from_state, state, result, error_code, error_message, reason,
+          terminal, delay)
+WHERE t.id = v.id AND t.epoch = v.epoch AND t.state = v.from_state;
+
 -- name: release
 -- Give back a claim that never started: attempt goes back, the epoch stays.
 UPDATE tasks SET state = 'queued', attempt = attempt - 1, lease_owner = NULL,
@@ -311,6 +334,12 @@ WHERE id = :id AND epoch = :epoch AND state = 'running';
 -- name: insert_outbox
 -- The notification of a terminal transition, in the same transaction.
 INSERT INTO outbox (event_id, task_id, created_at) VALUES (:event_id, :task_id, clock_timestamp());
+
+-- name: insert_outbox_batch
+-- `insert_outbox` for a group commit in one statement.
+INSERT INTO outbox (event_id, task_id, created_at)
+SELECT o.event_id, o.task_id, clock_timestamp()
+FROM unnest(CAST(:event_id AS TEXT[]), CAST(:task_id AS TEXT[])) AS o(event_id, task_id);
 
 -- name: expired
 -- Live tasks whose lease has run out (locked, skipping those another reaper holds).
