@@ -72,7 +72,14 @@ class Monitor:
             if not active:
                 continue
             now = time.monotonic()
+            # Nothing can be due before the first flush interval, heartbeat or timeout
+            # of an execution: short tasks (most of them under load) are skipped.
+            settings = self.app.settings
+            quiet = min(settings.flush_interval, settings.heartbeat_every)
             for ex in active:
+                age = now - ex.started
+                if age < quiet and (ex.task.timeout is None or age <= ex.task.timeout):
+                    continue
                 self._tend(ex, now)
             fresh = self.app.store.change_token()
             if fresh != token and now >= next_check:
