@@ -179,3 +179,30 @@ def test_help_lists_every_command():
     for cmd in ["submit", "status", "list", "cancel", "recover", "stats", "watch", "worker"]:
         assert cmd in out
     assert sys.executable
+
+
+def test_bench_queue_reports_every_figure_for_every_run(tmp_path):
+    """Numbers are not asserted (benchmarks report them); the shape and the method are."""
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    done = run(
+        "bench",
+        "queue",
+        "--db",
+        db,
+        "--n",
+        "100",
+        "--runs",
+        "2",
+        "--concurrency",
+        "4",
+        "--latency-samples",
+        "10",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)["runs"]
+    assert len(reports) == 2
+    for r in reports:
+        assert r["single_commit_per_s"] > 0 and r["enqueue_one_per_s"] > 0
+        assert r["enqueue_batch_per_s"] > 0 and r["drain_per_s"]["4"] > 0
+        assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p99"]

@@ -372,27 +372,54 @@ def bench_queue(
     concurrency: Annotated[list[int] | None, typer.Option("--concurrency")] = None,
     samples: Annotated[int, typer.Option("--latency-samples", min=10)] = 300,
     pin_cpu: PinCpu = None,
+    runs: Annotated[
+        int, typer.Option("--runs", min=1, help="Measure this many times; a column each.")
+    ] = 1,
     as_json: AsJson = False,
 ) -> None:
     """Enqueue one by one and in batches, drain, enqueue→start latency."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     from tasklab.bench import queue
 
-    report = _guard(lambda: queue.run(db, n, durability, concurrency or [1, 64], samples, pin_cpu))
+    reports = []
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err
+    ) as progress:
+        for i in range(runs):
+            task = progress.add_task(f"run {i + 1} of {runs}", total=None)
+            reports.append(
+                _guard(
+                    lambda: queue.run(db, n, durability, concurrency or [1, 64], samples, pin_cpu)
+                )
+            )
+            progress.update(task, total=1, completed=1)
     if as_json:
-        out.print_json(json.dumps(report.to_json()))
+        docs = [r.to_json() for r in reports]
+        out.print_json(json.dumps(docs[0] if runs == 1 else {"runs": docs}))
         return
-    table = Table("figure", "value", title=f"tasklab bench queue — {report.db}, N={report.n}")
-    table.add_row("single commit (store)", f"{report.single_commit_per_s:,}/s")
-    share = report.enqueue_one_per_s / max(report.single_commit_per_s, 1)
-    table.add_row(
-        "enqueue one at a time", f"{report.enqueue_one_per_s:,}/s ({share:.0%} of a commit)"
+    first = reports[0]
+    table = Table(
+        "figure",
+        *(["value"] if runs == 1 else [f"run {i + 1}" for i in range(runs)]),
+        title=f"tasklab bench queue — {first.db}, N={first.n}",
     )
-    table.add_row("enqueue submit_many", f"{report.enqueue_batch_per_s:,}/s")
-    for c, rate in report.drain_per_s.items():
-        table.add_row(f"drain, concurrency {c}", f"{rate:,}/s")
-    lat = report.latency_ms
-    table.add_row("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms")
-    _print_report(table, report.conditions)
+    columns = [_queue_figures(r) for r in reports]
+    for row, label in enumerate(label for label, _ in columns[0]):
+        table.add_row(label, *(col[row][1] for col in columns))
+    _print_report(table, first.conditions)
+
+
+def _queue_figures(r: Any) -> list[tuple[str, str]]:
+    share = r.enqueue_one_per_s / max(r.single_commit_per_s, 1)
+    lat = r.latency_ms
+    return [
+        ("single commit (store)", f"{r.single_commit_per_s:,}/s"),
+        ("enqueue one at a time", f"{r.enqueue_one_per_s:,}/s ({share:.0%} of a commit)"),
+        ("enqueue submit_many", f"{r.enqueue_batch_per_s:,}/s"),
+        *((f"drain, concurrency {c}", f"{rate:,}/s") for c, rate in r.drain_per_s.items()),
+        ("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms"),
+    ]
 
 
 @bench.command("runners")
