@@ -57,6 +57,13 @@ class _TaskIds:
         self._lock = threading.Lock()
         self._ms = 0
         self._rand = 0
+        # a forked child counting up from its parent's last id could repeat the
+        # parent's next one: it draws afresh instead
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._ms = 0
 
     def __call__(self) -> str:
         ms = int(time.time() * 1000)
