@@ -46,7 +46,8 @@ class _Item:
     done: bool = False
     # Held until the item is done or handed the lead: a bare lock is the cheapest
     # wait-and-wake there is (an Event builds a Condition, and a lock for every wait).
-    # Only the thread that holds the lead wakes an item, so `woken` needs no lock.
+    # Two wakes at most, never at once: the leader handing it the lead (while it is
+    # pending, under the finisher's lock), then the leader of the batch that wrote it.
     gate: Any = field(default_factory=_held_lock)
     woken: bool = False
 
