@@ -206,3 +206,17 @@ def test_bench_queue_reports_every_figure_for_every_run(tmp_path):
         assert r["single_commit_per_s"] > 0 and r["enqueue_one_per_s"] > 0
         assert r["enqueue_batch_per_s"] > 0 and r["drain_per_s"]["4"] > 0
         assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p99"]
+
+
+def test_webhooks_list_and_remove(db):
+    assert json.loads(run("webhooks", "list", "--db", db, "--json").stdout) == {}
+    from tasklab.store import open_store
+
+    store = open_store(db)
+    store.subscribe(["http://c.example/hook"])
+    store.close()
+    listed = run("webhooks", "list", "--db", db, "--json")
+    assert json.loads(listed.stdout) == {"http://c.example/hook": 0}
+    assert run("webhooks", "remove", "http://c.example/hook", "--db", db).returncode == 0
+    gone = run("webhooks", "remove", "http://c.example/hook", "--db", db)
+    assert gone.returncode == 2 and "no webhook subscription" in gone.stderr

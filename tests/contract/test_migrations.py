@@ -35,6 +35,7 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
         running, done = old.claim(NAMES, 2, "w1", 30.0)
         assert old.finish(done, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
         event_id = old.outbox_for(done.task_id)["event_id"]
+        old.record_delivery(event_id, "http://x.example/hook", False, 0.0, "HTTP 500")
         (queued,) = old.page(State.QUEUED, 10, None).items
     finally:
         old.close()
@@ -47,6 +48,10 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
         assert finished.state is State.SUCCEEDED and finished.result == {"ok": 2}
         assert [(e.seq, e.type) for e in new_store.events(done.task_id)] == [(1, "progress")]
         assert new_store.outbox_for(done.task_id)["event_id"] == event_id
+        # a delivery row of before learns its task; subscribing queues no second one
+        new_store.subscribe(["http://x.example/hook"])
+        (due,) = new_store.outbox_pending("http://x.example/hook", 10)
+        assert (due["event_id"], due["task_id"], due["attempts"]) == (event_id, done.task_id, 1)
         assert new_store.counts()["queued"] == 1 and new_store.counts()["succeeded"] == 1
         # the key still names its task, and a different payload under it still conflicts
         ((again, created),) = new_store.submit([new(1, key="k-1")])

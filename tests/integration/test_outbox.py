@@ -123,3 +123,73 @@ def test_worker_with_webhooks_delivers(app, receiver):
         wait_for(lambda: receiver.logical())
     assert receiver.posts[0][1]["task"]["id"] == tid
     assert receiver.posts[0][1]["task"]["state"] == State.SUCCEEDED.value
+
+
+def test_a_subscribed_url_gets_its_delivery_row_in_the_terminal_transaction(app, store_url):
+    from tasklab.store import open_store
+
+    url = "http://127.0.0.1:9/not-listening"
+    assert app.store.subscribe([url]) == [url]
+    tid = app.submit("t.echo", {"value": 1})
+    app.run(tid)
+    reader = open_store(store_url)  # a new connection: what was committed
+    try:
+        assert reader.webhooks() == {url: 1}
+        (due,) = reader.outbox_pending(url, 10)
+        assert due["task_id"] == tid and due["event_id"] == reader.outbox_for(tid)["event_id"]
+        assert due["attempts"] == 0
+    finally:
+        reader.close()
+
+
+def test_a_new_subscription_gets_the_history_once(app):
+    for i in range(3):
+        app.run(app.submit("t.echo", {"value": i}))
+    assert app.store.subscribe(["http://a.example/hook"]) == ["http://a.example/hook"]
+    assert app.store.subscribe(["http://a.example/hook"]) == []  # known: nothing queued again
+    assert app.store.webhooks() == {"http://a.example/hook": 3}
+
+
+def test_notifications_made_while_no_dispatcher_runs_wait_for_it(app, receiver):
+    Dispatcher(app, [receiver.url]).start().stop()  # subscribed, then gone
+    ids = [app.submit("t.echo", {"value": i}) for i in range(3)]
+    for tid in ids:
+        app.run(tid)
+    assert app.store.webhooks() == {receiver.url: 3}
+    d = Dispatcher(app, [receiver.url])
+    assert d.deliver_once() == 3
+    d.stop()
+    assert {body["task"]["id"] for _, body in receiver.posts} == set(ids)
+    assert app.store.webhooks() == {receiver.url: 0}
+
+
+def test_a_removed_webhook_is_forgotten_with_what_it_had_to_receive(app):
+    url = "http://b.example/hook"
+    app.store.subscribe([url])
+    app.run(app.submit("t.echo", {"value": 1}))
+    assert app.store.unsubscribe(url) is True
+    app.run(app.submit("t.echo", {"value": 2}))
+    assert app.store.webhooks() == {}
+    assert app.store.outbox_pending(url, 10) == []
+    assert app.store.unsubscribe(url) is False
+
+
+def test_the_dispatchers_poll_reads_only_what_is_due(tmp_path):
+    """SQLite's plan: an index range over due deliveries, not every notification."""
+    import sqlite3
+
+    from tasklab.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "plan.db")
+    try:
+        with sqlite3.connect(tmp_path / "plan.db") as conn:
+            plan = " ".join(
+                row[-1]
+                for row in conn.execute(
+                    "EXPLAIN QUERY PLAN " + store.q["outbox_pending"], {"url": "u", "limit": 5}
+                )
+            )
+    finally:
+        store.close()
+    assert "USING INDEX deliveries_due (url=? AND next_attempt_at<?)" in plan
+    assert "outbox" not in plan

@@ -43,8 +43,10 @@ class Dispatcher:
         self._client = httpx.Client(timeout=timeout)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._subscribed = False
 
     def start(self) -> Dispatcher:
+        self._subscribe()
         self._thread = threading.Thread(target=self._loop, name="tasklab-outbox", daemon=True)
         self._thread.start()
         return self
@@ -68,8 +70,14 @@ class Dispatcher:
             if not sent:
                 store.wait_change(token, 1.0)
 
+    def _subscribe(self) -> None:
+        if not self._subscribed:
+            self.app.store.subscribe(self.urls)
+            self._subscribed = True
+
     def deliver_once(self) -> int:
         """One round over every URL; returns how many sends were attempted."""
+        self._subscribe()
         attempted = 0
         for url in self.urls:
             for item in self.app.store.outbox_pending(url, self.batch):

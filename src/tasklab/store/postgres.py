@@ -23,7 +23,7 @@ from tasklab.store import queries
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
-MIGRATIONS = ["schema_1", "schema_2", "schema_3", "schema_4"]
+MIGRATIONS = ["schema_1", "schema_2", "schema_3", "schema_4", "schema_5"]
 
 
 class PostgresStore(SqlStore):
@@ -110,6 +110,9 @@ class PostgresStore(SqlStore):
         )
         by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
         return [by_id[p["id"]] for p in batch]
+
+    def _lock_outbox(self, conn: Any) -> None:
+        conn.execute(self.q["subscribe_lock"])
 
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         ids, epochs, ns = (list(column) for column in zip(*batch, strict=True))

@@ -31,7 +31,7 @@ from tasklab.store.sqlstore import SqlStore
 
 _UNIX_EPOCH_JD = 2440587.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MIGRATIONS = ["schema_1", "schema_2"]
+MIGRATIONS = ["schema_1", "schema_2", "schema_3"]
 
 
 _write_locks: dict[str, threading.Lock] = {}
@@ -144,9 +144,8 @@ class SQLiteStore(SqlStore):
             done = conn.execute(self.q["schema_version_get"]).fetchone()["version"]
             for version, name in enumerate(MIGRATIONS, start=1):
                 if version > done:
-                    for stmt in self.q[name].split(";"):
-                        if stmt.strip():
-                            conn.execute(stmt)
+                    for stmt in _statements(self.q[name]):
+                        conn.execute(stmt)
                     conn.execute(self.q["schema_version_set"], {"version": version})
 
     # ---- dialect hooks -------------------------------------------------------------
@@ -155,6 +154,9 @@ class SQLiteStore(SqlStore):
             return None
         ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
         return _EPOCH + timedelta(milliseconds=ms)
+
+    def _lock_outbox(self, conn: Any) -> None:
+        pass  # BEGIN IMMEDIATE: writers take turns already
 
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         return {"batch": json.dumps(batch)}
@@ -249,3 +251,16 @@ class SQLiteStore(SqlStore):
                 except sqlite3.Error:
                     pass
             self._all_conns.clear()
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements, one each (a trigger's body holds semicolons of its own)."""
+    done: list[str] = []
+    current = ""
+    for piece in script.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \n;"):
+                done.append(current)
+            current = ""
+    return done

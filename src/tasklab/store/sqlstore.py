@@ -720,6 +720,36 @@ class SqlStore(ABC):
                 error=error,
             )
 
+    def subscribe(self, urls: list[str]) -> list[str]:
+        """Subscribe webhook URLs (kept in the database: notifications made while no
+        dispatcher runs wait for it). A new URL gets the whole history queued once.
+        Answers the URLs that were new."""
+        new: list[str] = []
+        with self._write() as conn:
+            self._lock_outbox(conn)
+            for url in urls:
+                if self._one(conn, "subscribe", url=url) is not None:
+                    self._x(conn, "queue_history", url=url)
+                    new.append(url)
+        return new
+
+    @abstractmethod
+    def _lock_outbox(self, conn: Any) -> None:
+        """Hold off notifications while a subscription is made: one inserted before it
+        commits but committed after its history is read would be missed by both."""
+
+    def unsubscribe(self, url: str) -> bool:
+        """Forget a webhook URL and drop what it had still to receive."""
+        with self._write() as conn:
+            gone = self._x(conn, "unsubscribe", url=url).rowcount
+            self._x(conn, "drop_pending", url=url)
+        return bool(gone)
+
+    def webhooks(self) -> dict[str, int]:
+        """Subscribed URLs and how many notifications each has still to receive."""
+        with self._read() as conn:
+            return {r["url"]: int(r["pending"]) for r in self._all(conn, "webhooks")}
+
     def notification_lag(self, url: str) -> float:
         with self._read() as conn:
             row = self._one(conn, "oldest_undelivered", url=url)

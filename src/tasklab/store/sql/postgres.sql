@@ -160,6 +160,30 @@ CREATE TRIGGER events_notify AFTER INSERT ON events
 DROP FUNCTION IF EXISTS tasklab_notify_task();
 DROP FUNCTION IF EXISTS tasklab_notify_event();
 
+-- name: schema_5
+-- Webhook subscriptions live in the database, and a notification gets its delivery
+-- rows (one per subscribed URL) in the transaction that inserts it: a dispatcher then
+-- finds what is due by an index range, where it used to read every notification ever
+-- made against its deliveries.
+CREATE TABLE IF NOT EXISTS webhooks (
+    url        TEXT PRIMARY KEY,
+    created_at TIMESTAMPTZ NOT NULL
+);
+ALTER TABLE deliveries ADD COLUMN IF NOT EXISTS task_id TEXT;
+UPDATE deliveries d SET task_id = o.task_id FROM outbox o
+WHERE o.event_id = d.event_id AND d.task_id IS NULL;
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (url, next_attempt_at)
+    WHERE delivered_at IS NULL;
+CREATE OR REPLACE FUNCTION tasklab_queue_deliveries() RETURNS trigger AS $$
+BEGIN
+    INSERT INTO deliveries (event_id, url, attempts, next_attempt_at, task_id)
+    SELECT n.event_id, w.url, 0, n.created_at, n.task_id FROM new_rows n CROSS JOIN webhooks w;
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+DROP TRIGGER IF EXISTS outbox_deliveries ON outbox;
+CREATE TRIGGER outbox_deliveries AFTER INSERT ON outbox REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION tasklab_queue_deliveries();
+
 -- name: schema_version_create
 -- The table that records which migrations ran.
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -409,12 +433,40 @@ DELETE FROM workers;
 SELECT id, host, pid, started_at FROM workers ORDER BY started_at;
 
 -- name: outbox_pending
--- Notifications with a delivery due for a URL (deliveries are created lazily).
-SELECT o.event_id, o.task_id, o.created_at, d.attempts FROM outbox o
-LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
-WHERE d.delivered_at IS NULL
-  AND (d.next_attempt_at IS NULL OR d.next_attempt_at <= clock_timestamp())
-ORDER BY o.created_at LIMIT :limit;
+-- Deliveries due for a URL, oldest first (rows made with each notification).
+SELECT event_id, task_id, attempts FROM deliveries
+WHERE url = :url AND delivered_at IS NULL AND next_attempt_at <= clock_timestamp()
+ORDER BY next_attempt_at LIMIT :limit;
+
+-- name: subscribe_lock
+-- While a subscription is made, no notification may be in flight: one inserted before
+-- it commits but committed after its history is read would be missed by both.
+LOCK TABLE outbox IN SHARE MODE;
+
+-- name: subscribe
+-- A webhook URL; answers it only when it is new (then its history is queued).
+INSERT INTO webhooks (url, created_at) VALUES (:url, clock_timestamp())
+ON CONFLICT (url) DO NOTHING RETURNING url;
+
+-- name: queue_history
+-- Delivery rows for every notification a new subscription has not seen (once).
+INSERT INTO deliveries (event_id, url, attempts, next_attempt_at, task_id)
+SELECT o.event_id, :url, 0, o.created_at, o.task_id FROM outbox o
+WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id AND d.url = :url);
+
+-- name: unsubscribe
+-- Forget a webhook URL and what it still had to receive.
+DELETE FROM webhooks WHERE url = :url;
+
+-- name: drop_pending
+-- The undelivered rows of a forgotten URL.
+DELETE FROM deliveries WHERE url = :url AND delivered_at IS NULL;
+
+-- name: webhooks
+-- Subscribed URLs with what each still has to receive.
+SELECT w.url, (SELECT COUNT(*) FROM deliveries d
+               WHERE d.url = w.url AND d.delivered_at IS NULL) AS pending
+FROM webhooks w ORDER BY w.url;
 
 -- name: delivery_attempted
 -- Record one delivery attempt and when to try again.
@@ -431,9 +483,9 @@ SELECT event_id, task_id, created_at FROM outbox WHERE task_id = :task_id;
 
 -- name: oldest_undelivered
 -- Seconds since the oldest notification not yet delivered to :url (notification lag).
-SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(o.created_at)) AS lag FROM outbox o
-LEFT JOIN deliveries d ON d.event_id = o.event_id AND d.url = :url
-WHERE d.delivered_at IS NULL;
+SELECT EXTRACT(EPOCH FROM clock_timestamp() - MIN(o.created_at)) AS lag
+FROM deliveries d JOIN outbox o ON o.task_id = d.task_id
+WHERE d.url = :url AND d.delivered_at IS NULL;
 
 -- name: savepoint_body
 -- Mark the start of a transactional task's own work.
