@@ -1,0 +1,94 @@
+"""How close can a single submit come to the store's smallest commit? Bare sqlite3, no
+tasklab code in the timed loops.
+
+    python experiments/005_insert_vs_probe.py [--rounds 6] [--n 1000]
+
+On one warm WAL file with `synchronous=FULL`, alternating blocks of n commits each:
+the commit probe (one counter row updated), tasklab's own insert of a task row (its
+schema, built by opening a store), and huey's queue table (an integer-keyed row plus
+one index) for comparison. Prints the median µs per commit and each as a share of the
+probe's rate: the ceiling for `bench queue`'s "enqueue one at a time".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tasklab.store.sqlite import SQLiteStore
+
+HUEY = """
+CREATE TABLE huey_task (id INTEGER NOT NULL PRIMARY KEY, queue TEXT NOT NULL,
+                        data BLOB NOT NULL, priority REAL NOT NULL DEFAULT 0.0);
+CREATE INDEX huey_task_priority_id ON huey_task (priority DESC, id ASC);
+"""
+
+
+def timed(conn: sqlite3.Connection, n: int, statement: Callable[[], tuple[str, object]]) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        sql, params = statement()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql, params).fetchall()
+        conn.execute("COMMIT")
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--n", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "ratio.db"
+        store = SQLiteStore(db)  # the schema, as tasklab makes it
+        insert_task = store.q["insert_task"]
+        store.close()
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.executescript(HUEY)
+        conn.execute("INSERT INTO counters (name, value) VALUES ('probe', 0)")
+
+        def probe() -> tuple[str, object]:
+            return "UPDATE counters SET value = value + 1 WHERE name = 'probe'", ()
+
+        def task_row() -> tuple[str, object]:
+            return insert_task, {
+                "id": f"{int(time.time() * 1000):012x}{os.urandom(6).hex()}",
+                "task": "bench.noop",
+                "payload": "{}",
+                "max_attempts": 1,
+                "retry_safe": 0,
+                "request_bound": 0,
+                "timeout": None,
+                "idempotency_key": None,
+            }
+
+        def huey_row() -> tuple[str, object]:
+            return "INSERT INTO huey_task (queue, data, priority) VALUES ('q', ?, 0.0)", (
+                b"x" * 200,
+            )
+
+        kinds = {"probe": probe, "tasklab task row": task_row, "huey task row": huey_row}
+        for fn in kinds.values():  # warm up: grow the WAL file once, fill the caches
+            timed(conn, args.n, fn)
+        results: dict[str, list[float]] = {k: [] for k in kinds}
+        for _ in range(args.rounds):
+            for name, fn in kinds.items():
+                results[name].append(timed(conn, args.n, fn))
+        conn.close()
+    base = statistics.median(results["probe"])
+    for name, samples in results.items():
+        median = statistics.median(samples)
+        print(f"{name:18s} {median:6.0f} µs per commit  {base / median:5.2f} of the probe's rate")
+
+
+if __name__ == "__main__":
+    main()
