@@ -144,7 +144,7 @@ class TaskApp:
         request_bound: bool = False,
     ) -> NewTask:
         spec = self.registry.get(task)
-        valid = spec.validate(payload, self.data_dir)
+        valid, encoded = spec.validate_encoded(payload, self.data_dir)
         if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
             raise InvalidPayload("idempotency_key must be a string of 1 to 200 characters")
         if key is not None:
@@ -166,6 +166,7 @@ class TaskApp:
             idempotency_key=key,
             request_bound=request_bound,
             timeout=spec.timeout,
+            payload_json=encoded,
         )
 
     def submit(

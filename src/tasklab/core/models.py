@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from tasklab.core.jsontext import dumps
 from tasklab.core.states import CancelReason, ErrorCode, State
 
 JSON = Any  # a value that json.dumps accepts; checked where it enters
@@ -147,6 +148,10 @@ class NewTask:
     idempotency_key: str | None = None
     request_bound: bool = False
     timeout: float | None = None
+    payload_json: str | None = None  # the payload's stored text, when validation made it
+
+    def payload_text(self) -> str:
+        return self.payload_json if self.payload_json is not None else dumps(self.payload)
 
 
 @dataclass(frozen=True, slots=True)

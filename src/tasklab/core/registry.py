@@ -51,13 +51,18 @@ class TaskDef:
 
     def validate(self, payload: object, data_dir: Any = None) -> dict[str, Any]:
         """Return the payload if it fits the function's parameters, else InvalidPayload."""
+        return self.validate_encoded(payload, data_dir)[0]
+
+    def validate_encoded(self, payload: object, data_dir: Any = None) -> tuple[dict[str, Any], str]:
+        """`validate`, and the payload's stored JSON text (made here once, to check it)."""
         if not isinstance(payload, dict):
             raise InvalidPayload(f"payload for {self.name!r} must be a JSON object")
         try:
             encoded = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"payload is not JSON: {exc}") from None
-        if len(encoded.encode()) > MAX_PAYLOAD_BYTES:
+        size = len(encoded) if encoded.isascii() else len(encoded.encode())
+        if size > MAX_PAYLOAD_BYTES:
             raise InvalidPayload(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
         try:
             bound = self.signature.bind(**payload)
@@ -67,7 +72,7 @@ class TaskDef:
             _check_type(self.name, name, self.signature.parameters[name], value)
         if self.check is not None:
             self.check(payload, data_dir)
-        return payload
+        return payload, encoded
 
     def json_schema(self) -> dict[str, Any]:
         props: dict[str, Any] = {}

@@ -97,17 +97,7 @@ class PostgresStore(SqlStore):
                     conn.execute(self.q["schema_version_set"], {"version": version})
 
     def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Any]:
-        rows = self._all(
-            conn,
-            "insert_tasks",
-            ids=[p["id"] for p in batch],
-            tasks=[p["task"] for p in batch],
-            payloads=[p["payload"] for p in batch],
-            max_attempts=[p["max_attempts"] for p in batch],
-            retry_safe=[p["retry_safe"] for p in batch],
-            request_bound=[p["request_bound"] for p in batch],
-            timeouts=[p["timeout"] for p in batch],
-        )
+        rows = self._all(conn, "insert_tasks", **_columns(batch))
         by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
         return [by_id[p["id"]] for p in batch]
 
@@ -121,8 +111,7 @@ class PostgresStore(SqlStore):
     def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
         # One statement over arrays (a column each): a pipelined executemany saves the
         # round trips but the server still plans and runs a statement per row.
-        columns = {name: [p[name] for p in params] for name in params[0]}
-        conn.execute(self.q[query + "_batch"], columns)
+        conn.execute(self.q[query + "_batch"], _columns(params))
 
     def _dt(self, value: Any) -> datetime | None:
         return value.astimezone(UTC) if value is not None else None
@@ -203,3 +192,8 @@ class PostgresStore(SqlStore):
         if self._presence_handle is not None:
             self._presence_handle.close()
         self._pool.close()
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Rows of statement parameters as one array per parameter (for `unnest`)."""
+    return {name: [row[name] for row in rows] for name in rows[0]}

@@ -241,7 +241,7 @@ class SqlStore(ABC):
             # waited for a concurrent one); answer it rather than insert a second time
             with self._read() as conn:
                 existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-            self._existing(existing, item, dumps(item.payload))
+            self._existing(existing, item, item.payload_text())
             return [(self._snapshot(existing), False)]
         with self._write() as conn:
             if len(items) > 1 and all(i.idempotency_key is None for i in items):
@@ -257,7 +257,7 @@ class SqlStore(ABC):
         return {
             "id": new_task_id(),
             "task": item.task,
-            "payload": dumps(item.payload),
+            "payload": item.payload_text(),
             "max_attempts": item.max_attempts,
             "retry_safe": item.retry_safe,
             "request_bound": item.request_bound,
@@ -299,7 +299,7 @@ class SqlStore(ABC):
         # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
         # concurrent submit, which this statement waited for).
         existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-        self._existing(existing, item, dumps(item.payload))
+        self._existing(existing, item, item.payload_text())
         return self._snapshot(existing), False
 
     @staticmethod

@@ -216,14 +216,15 @@ RETURNING id, created_at, run_after;
 
 -- name: insert_tasks
 -- Many new tasks without idempotency keys in one statement: one plan and one pass
--- instead of a statement per row (arrays, one element per task).
+-- instead of a statement per row (`insert_task`'s parameters as arrays, one element
+-- per task).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at)
 SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
        t.timeout, clock_timestamp(), clock_timestamp()
-FROM unnest(CAST(:ids AS TEXT[]), CAST(:tasks AS TEXT[]), CAST(:payloads AS TEXT[]),
+FROM unnest(CAST(:id AS TEXT[]), CAST(:task AS TEXT[]), CAST(:payload AS TEXT[]),
             CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
-            CAST(:request_bound AS BOOLEAN[]), CAST(:timeouts AS DOUBLE PRECISION[]))
+            CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]))
      WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
                           timeout, n)
 ORDER BY t.n
