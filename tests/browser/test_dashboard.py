@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,30 @@ def test_cancel_from_the_task_page_shows_both_facts(served, context):
     page.wait_for_selector("#fact-accepted.done")
     assert page.text_content("#state") in ("cancel_requested", "cancelled")
     page.wait_for_selector("#fact-stopped.done", timeout=10000)
+    assert page.text_content("#state") == "cancelled"
+    assert app.query(tid).state is State.CANCELLED
+
+
+def test_a_cancel_answer_arriving_after_the_end_does_not_put_the_state_back(served, context):
+    # The cancel's answer (state cancel_requested) and the stream's end (cancelled) race;
+    # hold the answer until the end has been shown, the order CI once hit by chance.
+    app, server = served
+    tid = app.submit("t.slow_steps", {"steps": 200})
+    wait_for(lambda: app.query(tid).state is State.RUNNING)
+    page = context.new_page()
+
+    def answer_late(route):  # type: ignore[no-untyped-def]
+        response = route.fetch()
+        wait_for(lambda: app.query(tid).terminal, timeout=10)
+        time.sleep(0.5)  # the end event reaches the page meanwhile
+        route.fulfill(response=response)
+
+    page.route("**/cancel", answer_late)
+    page.goto(f"{server.url}/ui/tasks/{tid}")
+    page.wait_for_selector("#state:text('running')")
+    page.click("#cancel")
+    page.wait_for_selector("#fact-accepted.done", timeout=15000)
+    page.wait_for_selector("#fact-stopped.done")
     assert page.text_content("#state") == "cancelled"
     assert app.query(tid).state is State.CANCELLED
 

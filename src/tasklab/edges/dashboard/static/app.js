@@ -180,7 +180,7 @@ async function startList() {
 }
 
 // ---- the task page ----------------------------------------------------------------
-const view = { id: null, seq: 0, text: "", progress: null, attempts: [], source: null, ended: false };
+const view = { id: null, seq: 0, text: "", progress: null, attempts: [], source: null, ended: false, terminalShown: false };
 
 function storageKey() { return `tasklab:task:${view.id}`; }
 
@@ -227,7 +227,13 @@ function apply(event) {
   save();
 }
 
+const TERMINAL = ["succeeded", "failed", "cancelled"];
+
 function renderSnapshot(t) {
+  // Snapshots arrive by two paths (the stream's end, a cancel's answer) in either
+  // order; a terminal state once shown is never replaced by an older live one.
+  if (view.terminalShown && !TERMINAL.includes(t.state)) return;
+  view.terminalShown = TERMINAL.includes(t.state);
   $("#state").textContent = t.state;
   $("#state").className = `state state-${t.state}`;
   $("#attempt").textContent = `attempt ${t.attempt} of ${t.max_attempts}`;
@@ -237,7 +243,7 @@ function renderSnapshot(t) {
     "cancel_reason", "idempotency_key"].flatMap((k) =>
     [el("dt", { text: k }), el("dd", { text: t[k] == null ? "—" : String(t[k]) })]));
   if (t.state === "cancel_requested") $("#fact-accepted").classList.add("done");
-  if (["succeeded", "failed", "cancelled"].includes(t.state)) {
+  if (view.terminalShown) {
     $("#fact-stopped").classList.add("done");
     $("#cancel").disabled = true;
   }
