@@ -13,7 +13,8 @@ import inspect
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from tasklab.config import Settings
@@ -36,6 +37,7 @@ from tasklab.execution import Execution, result_outcome
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.store import Store, open_store
+from tasklab.store.base import PRUNED
 from tasklab.tasks import stream_text as _stream_text
 from tasklab.tasks import wordfreq as _wordfreq
 
@@ -286,6 +288,61 @@ class TaskApp:
         """Exclusive recovery: raises `WorkerAlive` while another executor lives; else
         settles every running/cancel_requested task as a lease expiry would."""
         return self.store.recover_running(self.settings.backoff)
+
+    def prune(
+        self,
+        older_than: timedelta | None = None,
+        *,
+        before: datetime | None = None,
+        batch: int = 500,
+        progress: Callable[[dict[str, int]], None] | None = None,
+    ) -> dict[str, int]:
+        """Delete terminal tasks that finished more than `older_than` ago by the
+        database's clock (or before `before`), with their events, effect records,
+        notifications and delivery records; rows deleted per table. Tasks whose
+        notification a subscribed webhook still waits for are kept. In short
+        transactions of `batch` tasks; `progress` gets the running totals after each.
+        A pruned task's idempotency key is free again."""
+        totals = dict.fromkeys(PRUNED, 0)
+        for totals in self.prune_batches(older_than, before=before, batch=batch):
+            if progress is not None:
+                progress(totals)
+        return totals
+
+    def prune_batches(
+        self,
+        older_than: timedelta | None = None,
+        *,
+        before: datetime | None = None,
+        batch: int = 500,
+    ) -> Iterator[dict[str, int]]:
+        """`prune` one transaction at a time: the running totals after each (the
+        caller may stop between them)."""
+        if (older_than is None) == (before is None):
+            raise InvalidPayload("prune takes one of older_than or before")
+        if older_than is not None and older_than < timedelta(0):
+            raise InvalidPayload("older_than must not be negative")
+        if before is not None and before.tzinfo is None:
+            raise InvalidPayload("before must be a timezone-aware time")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise InvalidPayload("batch must be an integer from 1 to 10000")
+        return self._prune_batches(older_than, before, batch)
+
+    def _prune_batches(
+        self, older_than: timedelta | None, before: datetime | None, batch: int
+    ) -> Iterator[dict[str, int]]:
+        try:
+            cutoff = before if before is not None else self.store.now() - older_than  # type: ignore[operator]
+        except OverflowError:  # older than the calendar: nothing is
+            return
+        totals = dict.fromkeys(PRUNED, 0)
+        while True:
+            gone = self.store.prune(cutoff, batch)
+            for table, n in gone.items():
+                totals[table] += n
+            yield dict(totals)
+            if gone["tasks"] < batch:
+                return
 
     def worker(self, runner: str = "thread", concurrency: int = 4, **options: Any) -> Any:
         """A worker that claims from the store; use as a context manager."""

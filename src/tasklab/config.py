@@ -19,6 +19,7 @@ class Settings:
     flush_bytes: int = 4096
     backoff: Backoff = field(default_factory=Backoff)
     durability: str = "full"  # SQLite synchronous=FULL | NORMAL
+    prune_every: float = 60.0  # retention (`--retain`): seconds between prunes
 
     @property
     def heartbeat_every(self) -> float:

@@ -220,3 +220,34 @@ def test_webhooks_list_and_remove(db):
     assert run("webhooks", "remove", "http://c.example/hook", "--db", db).returncode == 0
     gone = run("webhooks", "remove", "http://c.example/hook", "--db", db)
     assert gone.returncode == 2 and "no webhook subscription" in gone.stderr
+
+
+def test_prune_deletes_old_terminal_tasks_and_refuses_a_bad_age(db):
+    done = run("submit", "wordfreq", "--payload", '{"text": "a"}', "--db", db).stdout.strip()
+    assert run("cancel", done, "--db", db).returncode == 0
+    kept = run("submit", "wordfreq", "--payload", '{"text": "b"}', "--db", db).stdout.strip()
+    for bad in ("-1d", "soon", "7y"):
+        refused = run("prune", "--older-than", bad, "--db", db)
+        assert refused.returncode == 2 and "is not a duration" in refused.stderr
+    assert counts(db)["cancelled"] == 1
+    assert json.loads(run("prune", "--older-than", "1h", "--db", db, "--json").stdout)["tasks"] == 0
+    pruned = run("prune", "--older-than", "0s", "--db", db, "--json")
+    assert pruned.returncode == 0
+    assert json.loads(pruned.stdout) == {
+        "events": 0,
+        "effects": 0,
+        "deliveries": 0,
+        "outbox": 1,
+        "tasks": 1,
+    }
+    assert counts(db)["cancelled"] == 0 and counts(db)["queued"] == 1
+    assert json.loads(run("status", kept, "--db", db, "--json").stdout)["state"] == "queued"
+    assert run("status", done, "--db", db).returncode == 2
+    plain = run("prune", "--older-than", "0s", "--db", db)
+    assert plain.returncode == 0 and "deleted 0 tasks" in plain.stdout
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_bad_retention_is_refused_before_anything_runs(db, command):
+    refused = run(command, "--retain", "a while", "--db", db)
+    assert refused.returncode == 2 and "--retain 'a while' is not a duration" in refused.stderr

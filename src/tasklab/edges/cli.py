@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -69,6 +70,14 @@ PinCpu = Annotated[
     ),
 ]
 Webhook = Annotated[list[str] | None, typer.Option("--webhook", help="Repeatable webhook URL.")]
+Retain = Annotated[
+    str | None,
+    typer.Option(
+        "--retain",
+        envvar="TASKLAB_RETAIN",
+        help="Prune terminal tasks that finished longer ago (90s, 15m, 12h, 7d), every minute.",
+    ),
+]
 
 BAD_INPUT = (InvalidPayload, UnknownTask, IdempotencyConflict, TaskNotFound, ValueError)
 T = TypeVar("T")
@@ -238,6 +247,64 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
         out.print(table)
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str, option: str = "--older-than") -> timedelta:
+    """`90`, `90s`, `15m`, `12h`, `7d`, `2w` → a duration (not negative)."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        age = timedelta(seconds=float(number) * _UNITS[unit])
+    except (ValueError, OverflowError):  # not a number, nan, inf, beyond timedelta
+        age = timedelta(-1)
+    if age < timedelta(0):
+        raise InvalidPayload(f"{option} {text!r} is not a duration like 90s, 15m, 12h, 7d")
+    return age
+
+
+@cli.command()
+def prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than", help="Terminal tasks that finished longer ago: 90s, 15m, 12h, 7d."
+        ),
+    ],
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=10_000, help="Tasks per transaction.")
+    ] = 500,
+    db: Db = DEFAULT_DB,
+    as_json: AsJson = False,
+) -> None:
+    """Delete old terminal tasks with their events, effect records and notifications
+    (not those a subscribed webhook still waits for). Their idempotency keys are free
+    again."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    age = _guard(lambda: parse_age(older_than))
+    with (
+        _app(db, None) as a,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("pruned {task.completed:,} tasks"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as progress,
+    ):
+        bar = progress.add_task("prune", total=None)
+        totals = _guard(
+            lambda: a.prune(
+                age, batch=batch, progress=lambda t: progress.update(bar, completed=t["tasks"])
+            )
+        )
+    if as_json:
+        out.print_json(json.dumps(totals))
+    else:
+        rest = ", ".join(f"{n:,} {table} rows" for table, n in totals.items() if table != "tasks")
+        print(f"deleted {totals['tasks']:,} tasks ({rest})")
+
+
 @cli.command()
 def watch(
     task_id: str,
@@ -269,15 +336,21 @@ def worker(
     data_dir: DataDir = None,
     webhook: Webhook = None,
     pin_cpu: PinCpu = None,
+    retain: Retain = None,
 ) -> None:
     """Claim and run tasks until SIGTERM/SIGINT, then shut down gracefully (exit 0)."""
     hooks = _webhooks(webhook)
+    keep = _guard(lambda: parse_age(retain, "--retain")) if retain is not None else None
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
         stop = threading.Event()
         _on_signals(stop.set)
         w = _guard(
             lambda: a.worker(
-                runner=runner, concurrency=concurrency, webhooks=hooks, pin_cpu=pin_cpu
+                runner=runner,
+                concurrency=concurrency,
+                webhooks=hooks,
+                pin_cpu=pin_cpu,
+                retain=keep,
             ).start()
         )
         err.print(f"tasklab worker ready: {concurrency} {runner} slots on {db}", highlight=False)
@@ -310,6 +383,7 @@ def serve(
         ),
     ] = 1000,
     pin_cpu: PinCpu = None,
+    retain: Retain = None,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
     import os
@@ -329,6 +403,7 @@ def serve(
         embed_worker=not no_worker,
         max_streams=max_streams,
         pin_cpu=pin_cpu,
+        retain=_guard(lambda: parse_age(retain, "--retain")) if retain is not None else None,
     )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:

@@ -17,6 +17,7 @@ import socket
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import uvicorn
@@ -27,6 +28,7 @@ from tasklab.edges.http.app import ServerState, asgi_app
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
 from tasklab.runners.thread import check_cpu
+from tasklab.service.retention import Retention
 
 T = TypeVar("T")
 
@@ -45,6 +47,7 @@ class ServeOptions:
     sse_heartbeat: float = 15.0
     embed_worker: bool = True
     pin_cpu: int | None = None  # the embedded worker's thread runner (see runners.thread)
+    retain: timedelta | None = None  # prune terminal tasks older than this (`--retain`)
 
 
 def is_loopback(host: str) -> bool:
@@ -115,6 +118,8 @@ class Service:
                     pin_cpu=opts.pin_cpu,
                 ).start()
             )
+        # retention runs here, not in the embedded worker: also with --no-worker
+        self.retention = Retention(app, opts.retain).start() if opts.retain is not None else None
         self.jsonl = await JsonLinesServer(
             app,
             state.db,
@@ -172,6 +177,8 @@ class Service:
             for t in still:
                 t.cancel()
         worker_report = await state.db(self.worker.stop) if self.worker else None
+        if self.retention is not None:
+            await state.db(self.retention.stop)
         await state.db(self._presence.__exit__, None, None, None)
         state.hub.close()
         return {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}

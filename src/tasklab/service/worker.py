@@ -16,12 +16,14 @@ import logging
 import threading
 import time
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tasklab.core.models import Claim, ClaimRequest
 from tasklab.core.states import CancelReason
 from tasklab.errors import QueueFull, ShuttingDown, TasklabError
 from tasklab.runners import make_runner
+from tasklab.service.retention import Retention
 
 if TYPE_CHECKING:
     from tasklab.app import TaskApp
@@ -40,6 +42,7 @@ class Worker:
         names: list[str] | None = None,
         webhooks: list[str] | None = None,
         pin_cpu: int | None = None,
+        retain: timedelta | None = None,
     ) -> None:
         self.app = app
         self.runner = make_runner(
@@ -55,6 +58,7 @@ class Worker:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
+        self.retention = Retention(app, retain) if retain is not None else None
         self.claimed = 0
         self.drained = 0
         self.cancelled_on_shutdown = 0
@@ -71,6 +75,8 @@ class Worker:
             from tasklab.service.outbox import Dispatcher
 
             self._dispatcher = Dispatcher(self.app, self.webhooks).start()
+        if self.retention is not None:
+            self.retention.start()
         return self
 
     def __enter__(self) -> Worker:
@@ -111,6 +117,8 @@ class Worker:
             self.runner.abandon()
         if self._dispatcher is not None:
             self._dispatcher.stop()
+        if self.retention is not None:
+            self.retention.stop()
         try:
             self.app.store.unregister_worker(self.id)
         except TasklabError:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any, Protocol
 
 from tasklab.core.models import (
@@ -32,6 +33,9 @@ from tasklab.core.states import CancelReason, State
 from tasklab.errors import LeaseLost, StoreError
 
 PendingEvent = tuple[str, JSON]  # (type, data)
+# What `Store.prune` deletes, table by table, in this order (deliveries are found
+# through the outbox, so before it).
+PRUNED = ("events", "effects", "deliveries", "outbox", "tasks")
 
 
 class TxPort(Protocol):
@@ -99,6 +103,8 @@ class Store(Protocol):
     ) -> None: ...
     def notification_lag(self, url: str) -> float: ...
     def outbox_for(self, task_id: str) -> dict[str, JSON] | None: ...
+    def now(self) -> datetime: ...
+    def prune(self, before: datetime, limit: int) -> dict[str, int]: ...
     def change_token(self) -> int: ...
     def wait_change(self, token: int, timeout: float) -> int: ...
     def wake(self) -> None: ...

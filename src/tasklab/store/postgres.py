@@ -101,8 +101,11 @@ class PostgresStore(SqlStore):
         by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
         return [by_id[p["id"]] for p in batch]
 
-    def _lock_outbox(self, conn: Any) -> None:
-        conn.execute(self.q["subscribe_lock"])
+    def _lock_table(self, conn: Any, query: str) -> None:
+        conn.execute(self.q[query])
+
+    def _time_param(self, at: datetime) -> datetime:
+        return at
 
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         ids, epochs, ns = (list(column) for column in zip(*batch, strict=True))

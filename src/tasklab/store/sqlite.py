@@ -155,8 +155,11 @@ class SQLiteStore(SqlStore):
         ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
         return _EPOCH + timedelta(milliseconds=ms)
 
-    def _lock_outbox(self, conn: Any) -> None:
+    def _lock_table(self, conn: Any, query: str) -> None:
         pass  # BEGIN IMMEDIATE: writers take turns already
+
+    def _time_param(self, at: datetime) -> float:
+        return at.timestamp() / 86400.0 + _UNIX_EPOCH_JD
 
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         return {"batch": json.dumps(batch)}

@@ -38,7 +38,7 @@ from tasklab.core.models import (
 from tasklab.core.policy import Backoff, Settlement, expiry_outcome, settle
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, LeaseLost, TaskNotFound
-from tasklab.store.base import Faults, PendingEvent
+from tasklab.store.base import PRUNED, Faults, PendingEvent
 
 Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
 
@@ -132,6 +132,10 @@ class SqlStore(ABC):
     @abstractmethod
     def _dt(self, value: Any) -> datetime | None:
         """Provided by each implementation."""
+
+    @abstractmethod
+    def _time_param(self, at: datetime) -> Any:
+        """A time as the dialect's time columns hold it."""
 
     @abstractmethod
     def _list_param(self, values: list[str]) -> Any:
@@ -726,7 +730,7 @@ class SqlStore(ABC):
         Answers the URLs that were new."""
         new: list[str] = []
         with self._write() as conn:
-            self._lock_outbox(conn)
+            self._lock_table(conn, "subscribe_lock")
             for url in urls:
                 if self._one(conn, "subscribe", url=url) is not None:
                     self._x(conn, "queue_history", url=url)
@@ -734,9 +738,9 @@ class SqlStore(ABC):
         return new
 
     @abstractmethod
-    def _lock_outbox(self, conn: Any) -> None:
-        """Hold off notifications while a subscription is made: one inserted before it
-        commits but committed after its history is read would be missed by both."""
+    def _lock_table(self, conn: Any, query: str) -> None:
+        """Take the table lock the named statement describes, where concurrent writers
+        need one (PostgreSQL); SQLite's writers take turns already."""
 
     def unsubscribe(self, url: str) -> bool:
         """Forget a webhook URL and drop what it had still to receive."""
@@ -759,6 +763,26 @@ class SqlStore(ABC):
         with self._read() as conn:
             row = self._one(conn, "outbox_for_task", task_id=task_id)
         return {"event_id": row["event_id"], "task_id": row["task_id"]} if row else None
+
+    # ---- retention -----------------------------------------------------------------
+    def now(self) -> datetime:
+        """The database clock."""
+        with self._read() as conn:
+            return self._at(self._one(conn, "now")["now"])  # type: ignore[index]
+
+    def prune(self, before: datetime, limit: int) -> dict[str, int]:
+        """Delete up to `limit` terminal tasks finished before `before` with their
+        events, effect records, notification (outbox) and delivery rows, in one short
+        transaction; answers the rows deleted per table. A task whose notification a
+        subscribed URL still waits for is kept until it is delivered. Call again until
+        it answers no tasks."""
+        with self._write() as conn:
+            self._lock_table(conn, "prune_lock")
+            rows = self._all(conn, "prunable", before=self._time_param(before), limit=limit)
+            if not rows:
+                return dict.fromkeys(PRUNED, 0)
+            ids = self._list_param([r["id"] for r in rows])
+            return {table: self._x(conn, f"prune_{table}", ids=ids).rowcount for table in PRUNED}
 
 
 class _TxPort:

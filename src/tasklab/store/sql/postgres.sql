@@ -519,3 +519,37 @@ SELECT pg_advisory_unlock(7411002);
 -- name: listen
 -- Subscribe this connection to change notifications.
 LISTEN tasklab;
+
+-- name: prune_lock
+-- Taken first: a subscription (SHARE) queueing history meanwhile would otherwise give
+-- a pruned notification a delivery row after the check that it has none pending.
+LOCK TABLE outbox IN ROW EXCLUSIVE MODE;
+
+-- name: prunable
+-- Terminal tasks finished before :before whose notifications no subscribed URL still
+-- waits for; at most :limit.
+SELECT t.id FROM tasks t
+WHERE t.state IN ('succeeded', 'failed', 'cancelled') AND t.finished_at < :before
+  AND NOT EXISTS (SELECT 1 FROM outbox o JOIN deliveries d ON d.event_id = o.event_id
+                  WHERE o.task_id = t.id AND d.delivered_at IS NULL)
+LIMIT :limit;
+
+-- name: prune_events
+-- The events of pruned tasks.
+DELETE FROM events WHERE task_id = ANY(:ids);
+
+-- name: prune_effects
+-- The effect records of pruned tasks.
+DELETE FROM effects WHERE task_id = ANY(:ids);
+
+-- name: prune_deliveries
+-- The delivery records of pruned tasks' notifications.
+DELETE FROM deliveries WHERE event_id IN (SELECT event_id FROM outbox WHERE task_id = ANY(:ids));
+
+-- name: prune_outbox
+-- The notifications of pruned tasks.
+DELETE FROM outbox WHERE task_id = ANY(:ids);
+
+-- name: prune_tasks
+-- The pruned tasks themselves (terminal ones only, whatever the caller passed).
+DELETE FROM tasks WHERE id = ANY(:ids) AND state IN ('succeeded', 'failed', 'cancelled');

@@ -413,3 +413,36 @@ ROLLBACK TO SAVEPOINT task_body;
 -- name: release_body
 -- Keep the transactional task's work.
 RELEASE SAVEPOINT task_body;
+
+-- name: prunable
+-- Terminal tasks finished before :before whose notifications no subscribed URL still
+-- waits for; at most :limit. (`<> 'queued'` lets SQLite see that the partial index
+-- covers these states; queued tasks are not in it.)
+SELECT t.id FROM tasks t INDEXED BY tasks_by_state
+WHERE t.state <> 'queued' AND t.state IN ('succeeded', 'failed', 'cancelled')
+  AND t.finished_at < :before
+  AND NOT EXISTS (SELECT 1 FROM outbox o JOIN deliveries d ON d.event_id = o.event_id
+                  WHERE o.task_id = t.id AND d.delivered_at IS NULL)
+LIMIT :limit;
+
+-- name: prune_events
+-- The events of pruned tasks (JSON array of ids).
+DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_effects
+-- The effect records of pruned tasks.
+DELETE FROM effects WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_deliveries
+-- The delivery records of pruned tasks' notifications.
+DELETE FROM deliveries
+WHERE event_id IN (SELECT event_id FROM outbox WHERE task_id IN (SELECT value FROM json_each(:ids)));
+
+-- name: prune_outbox
+-- The notifications of pruned tasks.
+DELETE FROM outbox WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_tasks
+-- The pruned tasks themselves (terminal ones only, whatever the caller passed).
+DELETE FROM tasks
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('succeeded', 'failed', 'cancelled');
