@@ -119,6 +119,7 @@ def test_prune_goes_in_batches_until_nothing_is_left(app):
     _tick()
     gone = app.prune(timedelta(0), batch=3, progress=lambda t: seen.append(t["tasks"]))
     assert gone["tasks"] == 7 and seen == [3, 6, 7]
+    assert app.store.counters()["tasks_pruned"] == 7  # counted in the deleting transactions
     assert app.counts()["cancelled"] == 0
 
 

@@ -525,6 +525,7 @@ def _queue_figures(r: Any) -> list[tuple[str, str]]:
         ("enqueue submit_many", f"{r.enqueue_batch_per_s:,}/s"),
         *((f"drain, concurrency {c}", f"{rate:,}/s") for c, rate in r.drain_per_s.items()),
         ("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms"),
+        ("prune (terminal tasks)", f"{r.prune_per_s:,}/s"),
     ]
 
 

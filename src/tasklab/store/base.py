@@ -152,11 +152,12 @@ class Faults:
 
 
 def counter_names() -> Iterator[str]:
-    """The recovery-health counters every store keeps (SPEC §3)."""
+    """The counters every store keeps: recovery health (SPEC §3), deliveries, retention."""
     yield from (
         "expired_leases",
         "rejected_stale_writes",
         "terminal_write_failures",
         "notifications_delivered",
         "delivery_failures",
+        "tasks_pruned",
     )

@@ -782,7 +782,9 @@ class SqlStore(ABC):
             if not rows:
                 return dict.fromkeys(PRUNED, 0)
             ids = self._list_param([r["id"] for r in rows])
-            return {table: self._x(conn, f"prune_{table}", ids=ids).rowcount for table in PRUNED}
+            gone = {table: self._x(conn, f"prune_{table}", ids=ids).rowcount for table in PRUNED}
+            self._x(conn, "bump_counter", name="tasks_pruned", n=gone["tasks"])
+        return gone
 
 
 class _TxPort:
