@@ -8,8 +8,10 @@ store LISTENs; triggers NOTIFY the task id at commit, and local waiters are woke
 
 from __future__ import annotations
 
+import logging
+import select
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +24,8 @@ from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
+
+log = logging.getLogger("tasklab.postgres")
 
 MIGRATIONS = ["schema_1", "schema_2", "schema_3", "schema_4", "schema_5"]
 
@@ -45,6 +49,7 @@ class PostgresStore(SqlStore):
                 open=True,
                 timeout=10,
                 kwargs={"autocommit": True, "row_factory": dict_row, "options": self._options},
+                check=_not_hung_up,
             )
             self._pool.wait(timeout=10)
         except (psycopg.Error, Exception) as exc:
@@ -123,13 +128,20 @@ class PostgresStore(SqlStore):
         return list(values)
 
     # ---- liveness ------------------------------------------------------------------
-    def _hold_presence(self) -> psycopg.Connection[Any]:
+    def _hold_presence(self) -> _Presence:
+        return _Presence(self._presence_session)
+
+    def _presence_session(self) -> psycopg.Connection[Any]:
         conn = self._dedicated()
-        conn.execute(self.q["presence_lock"])
+        try:
+            conn.execute(self.q["presence_lock"])  # waits while a recovery holds it
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
-    def _drop_presence(self, handle: psycopg.Connection[Any]) -> None:
-        handle.close()  # the session's advisory locks go with it
+    def _drop_presence(self, handle: _Presence) -> None:
+        handle.close()
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -195,6 +207,61 @@ class PostgresStore(SqlStore):
         if self._presence_handle is not None:
             self._presence_handle.close()
         self._pool.close()
+
+
+def _not_hung_up(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check at every checkout: refuse a connection the server has hung up
+    on. A killed backend or a restarted server leaves the idle socket readable (a FATAL
+    message, then EOF) before any query is sent; `select` sees that in microseconds,
+    where a `SELECT 1` would cost every operation a round trip. Without it, each pooled
+    connection fails one operation after a server restart."""
+    if conn.closed or select.select([conn.fileno()], [], [], 0)[0]:
+        conn.close()  # closed, the pool discards it (an idle-looking one would go back)
+        raise psycopg.OperationalError("the server closed this pooled connection")
+
+
+class _Presence:
+    """The shared presence lock, held on a session of its own and kept: when that
+    session dies (a server restart, a killed backend, a dropped connection) the lock
+    goes with it, and exclusive recovery would take this live executor for dead. A
+    keeper checks the session every `check_every` seconds and takes the lock again on a
+    new one. In the gap a recovery may settle this executor's tasks; fencing then
+    rejects its writes, so the store stays true, but tasks may run twice — the gap is
+    kept short rather than trusted."""
+
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection[Any]], check_every: float = 1.0
+    ) -> None:
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = connect()
+        self._every = check_every
+        self.renewed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="tasklab-pg-presence", daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self._every):
+            conn = self._conn
+            if conn is not None:
+                try:
+                    conn.execute("SELECT 1")
+                    continue
+                except psycopg.Error:
+                    log.warning("presence lock lost with its session; taking it again")
+                    conn.close()
+                    self._conn = None
+            try:
+                self._conn = self._connect()
+                self.renewed += 1
+            except psycopg.Error as exc:  # the server is away: try again next round
+                log.warning("presence lock not taken again yet: %s", exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._conn is not None:
+            self._conn.close()  # the session's advisory locks go with it
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -1,0 +1,110 @@
+"""PostgreSQL sessions that die under a live process (a server restart, a killed
+backend, a dropped connection): killed here for real with `pg_terminate_backend`."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tasklab import State
+from tasklab.errors import WorkerAlive
+from tests.conftest import make_app, wait_for
+
+PRESENCE_KEY = 7411002  # store/sql/postgres.sql: presence_lock
+
+
+def _presence_holders(admin: psycopg.Connection) -> list[int]:
+    rows = admin.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
+        " AND mode = 'ShareLock' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (PRESENCE_KEY,),
+    ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def _terminate(admin: psycopg.Connection, pids: list[int]) -> None:
+    for pid in pids:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.fixture
+def admin(pg_url):  # type: ignore[no-untyped-def]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        yield conn
+
+
+def test_an_executor_takes_its_presence_lock_again_when_its_session_dies(pg_url, admin):
+    app, other = make_app(pg_url), make_app(pg_url)
+    try:
+        with app.store.executor_presence():
+            (first,) = _presence_holders(admin)
+            _terminate(admin, [first])
+            # the killed session lets go, a new one of the same executor holds the lock
+            wait_for(lambda: len(h := _presence_holders(admin)) == 1 and h != [first], timeout=10)
+            with pytest.raises(WorkerAlive):  # still alive, and recovery knows it
+                other.recover_running()
+        # a closed session's backend lets go a moment after the client has hung up
+        wait_for(lambda: _presence_holders(admin) == [], timeout=10)
+        assert other.recover_running() == []
+    finally:
+        other.close()
+        app.close()
+
+
+def test_a_worker_whose_sessions_are_killed_mid_drain_still_tells_the_truth(pg_url, admin):
+    """Every backend of the worker's process is killed, twice, while tasks run: each
+    task still ends succeeded (a failed terminal write is retried on a new session)
+    or, where a write could not be made, its lease settles it — never a false state,
+    never a task left live."""
+    app = make_app(pg_url, lease=2.0)
+    try:
+        ids = app.submit_many("t.mark", [{"n": i, "ms": 5.0} for i in range(300)])
+        with app.worker(concurrency=8):
+            # watched through the admin session: any call of this process's pool may be
+            # in flight when its session is killed, and then fails (that is the fault)
+            for done in (50, 150):
+                wait_for(lambda: _count(admin, "succeeded") > done, timeout=20)  # noqa: B023
+                _terminate(admin, _backends(admin))
+            wait_for(lambda: _count(admin, "succeeded") == len(ids), timeout=60)
+    finally:
+        app.close()
+    reader = make_app(pg_url)  # a new process's view
+    try:
+        for t in ids:
+            snap = reader.query(t)
+            assert snap.state is State.SUCCEEDED
+            assert snap.result == snap.attempt  # the result of the attempt that ended it
+    finally:
+        reader.close()
+
+
+def _count(admin: psycopg.Connection, state: str) -> int:
+    row = admin.execute("SELECT count(*) FROM tasks WHERE state = %s", (state,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _backends(admin: psycopg.Connection) -> list[int]:
+    rows = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def test_the_next_operations_after_killed_sessions_do_not_fail(pg_url, admin):
+    """As after a server restart: every idle pooled session is gone. The pool's
+    checkout notices the hang-up and connects anew instead of failing a call per
+    dead session."""
+    app = make_app(pg_url, lease=5.0)
+    try:
+        tids = [app.submit("t.echo", {"value": i}) for i in range(3)]
+        with app.store._pool.connection() as c1, app.store._pool.connection() as c2:
+            assert c1 is not c2  # at least two sessions in the pool
+        _terminate(admin, _backends(admin))
+        wait_for(lambda: _backends(admin) == [], timeout=10)
+        for i in range(12):  # more calls than the pool has sessions
+            assert app.query(tids[i % 3]).state is State.QUEUED
+        assert app.submit("t.echo", {"value": 9})
+    finally:
+        app.close()
