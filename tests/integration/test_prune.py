@@ -224,3 +224,38 @@ def test_stopping_retention_does_not_wait_for_its_next_round(app):
     assert time.monotonic() - started < 5 and _retention_threads() == []
     with pytest.raises(ValueError):
         Retention(app, timedelta(seconds=-1))
+
+
+def test_concurrent_prunes_delete_each_task_once(store_url):
+    """Several processes may prune one store at once (each with `--retain`)."""
+    import threading
+
+    from tests.conftest import make_app
+
+    apps = [make_app(store_url) for _ in range(3)]
+    try:
+        ids = apps[0].submit_many("t.echo", [{"value": i} for i in range(600)])
+        for tid in ids:
+            apps[0].cancel(tid)
+        _tick()
+        results: list[dict[str, int]] = []
+        errors: list[BaseException] = []
+
+        def prune(app) -> None:  # type: ignore[no-untyped-def]
+            try:
+                results.append(app.prune(timedelta(0), batch=50))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=prune, args=(a,)) for a in apps]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert sum(r["tasks"] for r in results) == 600
+        assert sum(r["outbox"] for r in results) == 600
+        assert apps[0].counts()["cancelled"] == 0
+    finally:
+        for a in apps:
+            a.close()

@@ -522,8 +522,10 @@ LISTEN tasklab;
 
 -- name: prune_lock
 -- Taken first: a subscription (SHARE) queueing history meanwhile would otherwise give
--- a pruned notification a delivery row after the check that it has none pending.
+-- a pruned notification a delivery row after the check that it has none pending; and
+-- prunes take turns (two deleting overlapping rows in different orders could deadlock).
 LOCK TABLE outbox IN ROW EXCLUSIVE MODE;
+SELECT pg_advisory_xact_lock(7411003);
 
 -- name: prunable
 -- Terminal tasks finished before :before whose notifications no subscribed URL still
