@@ -189,6 +189,22 @@ def test_a_cancel_answer_arriving_after_the_end_does_not_put_the_state_back(serv
     assert app.query(tid).state is State.CANCELLED
 
 
+def test_a_pruned_tasks_page_says_so(served, context):
+    from datetime import timedelta
+
+    app, server = served
+    tid = app.submit("t.echo", {"value": 1})
+    app.cancel(tid)
+    time.sleep(0.01)
+    assert app.prune(timedelta(0))["tasks"] == 1
+    page = context.new_page()
+    page.goto(f"{server.url}/ui/tasks/{tid}")
+    page.wait_for_selector("#verdict .notice")
+    assert "was pruned" in page.text_content("#verdict")
+    assert page.text_content("#state") == "not found"
+    assert page.is_disabled("#cancel")
+
+
 def test_a_bad_payload_shows_an_error_next_to_the_field_and_creates_nothing(served, context):
     app, server = served
     page = context.new_page()

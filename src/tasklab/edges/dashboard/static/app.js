@@ -343,7 +343,17 @@ async function startTask() {
   if (id === "new" && sessionStorage.getItem("tasklab:bound")) return runBound();
   view.id = id;
   restore();
-  const snap = await api(`/tasks/${id}`);
+  let snap;
+  try {
+    snap = await api(`/tasks/${id}`);
+  } catch (err) {
+    if (err.status !== 404) throw err;
+    $("#state").textContent = "not found";
+    $("#cancel").disabled = true;
+    $("#verdict").replaceChildren(el("p", { class: "notice bad" },
+      `No task ${id} here: the id is wrong, or the task ended long ago and was pruned (tasklab prune, --retain).`));
+    return;
+  }
   renderSnapshot(snap);
   follow();
   setInterval(async () => {
