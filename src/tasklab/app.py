@@ -93,7 +93,7 @@ class TaskApp:
     @property
     def finisher(self) -> Finisher:
         if self._finisher is None:
-            self._finisher = Finisher(self.store)
+            self._finisher = Finisher(self.store, lost_retry_for=self.settings.lease / 2)
         return self._finisher
 
     def _store_options(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@
      ├── ShuttingDown                 shutting_down
      ├── IllegalTransition            illegal_transition
      └── StoreError                   store_error
+          └── SessionLost             store_error
 
 `Cancelled` is deliberately *not* here: it is a `BaseException`, like
 `asyncio.CancelledError`, so that `except Exception` in user code cannot swallow a
@@ -91,6 +92,12 @@ class StoreError(TasklabError):
     """A store could not be opened or answered in a way tasklab cannot interpret."""
 
     code = "store_error"
+
+
+class SessionLost(StoreError):
+    """The database session broke mid-call (a server restart, a killed backend, a
+    dropped connection). Whether a write committed is unknown; the next call gets a new
+    session."""
 
 
 class Cancelled(BaseException):

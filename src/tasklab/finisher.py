@@ -15,11 +15,13 @@ and a claim commit, and no claim-loop wake-up in between).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
+from tasklab.errors import SessionLost
 from tasklab.store.base import PendingEvent, Store
 
 
@@ -29,6 +31,10 @@ class Refiller(Protocol):
 
     def adopt(self, claims: list[Claim]) -> None:
         """Start claims made for slots that are about to be freed."""
+
+    def claims_lost(self, request: ClaimRequest) -> None:
+        """The transaction carrying this request lost its session: it may have
+        committed claims nobody will start; give them back."""
 
 
 def _held_lock() -> Any:
@@ -61,9 +67,12 @@ class _Item:
 
 
 class Finisher:
-    def __init__(self, store: Store, max_batch: int = 256) -> None:
+    def __init__(self, store: Store, max_batch: int = 256, lost_retry_for: float = 5.0) -> None:
         self.store = store
         self.max_batch = max_batch
+        # how long a write whose session broke is tried again on new ones (a server
+        # restart takes seconds; past the lease the fence refuses it anyway)
+        self.lost_retry_for = lost_retry_for
         self.refillers: list[Refiller] = []
         self._pending: list[_Item] = []
         self._lock = threading.Lock()
@@ -118,18 +127,32 @@ class Finisher:
             )
             return refiller, list(states), claims
         except Exception as exc:
-            if len(batch) == 1:
+            lost = isinstance(exc, SessionLost)
+            if lost and refiller is not None and request is not None:
+                refiller.claims_lost(request)
+            if len(batch) == 1 and not lost:
                 return refiller, [exc], []
-        # The transaction wrote nothing. One bad write must not fail the tasks that
-        # happened to share its commit: each on its own.
+        # One bad write must not fail the tasks that happened to share its commit: each
+        # on its own. A lost session may have committed or not: each again on a new one
+        # (a write that did commit is then refused by its fence, and the store holds it).
         return refiller, [self._write_alone(i) for i in batch], []
 
     def _write_alone(self, item: _Item) -> State | BaseException:
-        try:
-            states, _ = self.store.finish_and_claim([(item.claim, item.outcome, item.events)], None)
-            return states[0]
-        except Exception as exc:
-            return exc
+        deadline = time.monotonic() + self.lost_retry_for
+        pause = 0.05
+        while True:
+            try:
+                states, _ = self.store.finish_and_claim(
+                    [(item.claim, item.outcome, item.events)], None
+                )
+                return states[0]
+            except SessionLost as exc:
+                if time.monotonic() + pause > deadline:
+                    return exc
+            except Exception as exc:
+                return exc
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def _refill(self, finishing: list[str]) -> tuple[Refiller | None, ClaimRequest | None]:
         for refiller in list(self.refillers):

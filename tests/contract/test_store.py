@@ -254,6 +254,24 @@ def test_release_returns_claim_attempt_back_epoch_stays(store, reader):
         store.append_events(c, [("progress", 1)])
 
 
+def test_release_owned_gives_back_exactly_one_claim_calls_running_claims(store, reader):
+    ids = [snap.id for snap, _ in store.submit([new() for _ in range(4)])]
+    lost = store.claim(NAMES, 2, "host:1:ab#7", 5.0)  # the call whose answer was lost
+    kept = store.claim(NAMES, 1, "host:1:ab#8", 5.0)
+    cancelled = store.claim(NAMES, 1, "host:1:ab#7", 5.0)[0]
+    store.cancel(cancelled.task_id, CancelReason.USER)  # cancel_requested: not released
+    assert sorted(store.release_owned("host:1:ab#7")) == sorted(c.task_id for c in lost)
+    for c in lost:
+        got = reader.get(c.task_id)
+        assert got.state is State.QUEUED and got.attempt == 0
+    assert reader.get(kept[0].task_id).state is State.RUNNING
+    assert reader.get(cancelled.task_id).state is State.CANCEL_REQUESTED
+    assert store.release_owned("host:1:ab#7") == []
+    again = {c.task_id: c.epoch for c in store.claim(NAMES, 2, "w2", 5.0)}
+    assert again == {c.task_id: c.epoch + 1 for c in lost}  # the epoch stays, then moves on
+    assert len(ids) == 4
+
+
 @pytest.mark.parametrize(
     ("retry_safe", "max_attempts", "cancel", "state", "code"),
     [

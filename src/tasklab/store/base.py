@@ -30,7 +30,7 @@ from tasklab.core.models import (
 )
 from tasklab.core.policy import Backoff
 from tasklab.core.states import CancelReason, State
-from tasklab.errors import LeaseLost, StoreError
+from tasklab.errors import LeaseLost, SessionLost, StoreError
 
 PendingEvent = tuple[str, JSON]  # (type, data)
 # What `Store.prune` deletes, table by table, in this order (deliveries are found
@@ -76,6 +76,7 @@ class Store(Protocol):
         self, items: list[tuple[Claim, Outcome, list[PendingEvent]]], refill: ClaimRequest | None
     ) -> tuple[list[State | LeaseLost], list[Claim]]: ...
     def release(self, claim: Claim) -> bool: ...
+    def release_owned(self, owner: str) -> list[str]: ...
     def effect_get(self, task_id: str, key: str) -> EffectRecord: ...
     def effect_start(self, claim: Claim, key: str) -> None: ...
     def effect_done(self, claim: Claim, key: str, result: JSON) -> None: ...
@@ -115,22 +116,29 @@ class Faults:
     """Fault injection for tests, without mocking the store (SPEC §3 "Test hooks").
 
     `store.faults.arm("finish")` makes the next terminal write raise `StoreError`
-    before it commits; `arm("finish", times=3)` the next three. Points: `finish`,
-    `append_events`, `heartbeat`, `delivery_record`. In a child process set
-    `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
+    before it commits; `arm("finish", times=3)` the next three; `lost=True` raises
+    `SessionLost` instead, as a broken session would. Points: `finish`,
+    `append_events`, `heartbeat`, `delivery_record`, and two after a commit, where the
+    write is made and its answer lost with the session (`SessionLost`): `finish_answer`
+    (a terminal write and the claims made with it) and `claim_answer`. In a child
+    process set `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
     """
 
-    POINTS = frozenset({"finish", "append_events", "heartbeat", "delivery_record"})
+    POINTS = frozenset(
+        {"finish", "append_events", "heartbeat", "delivery_record", "finish_answer", "claim_answer"}
+    )
+    AFTER_COMMIT = frozenset({"finish_answer", "claim_answer"})
 
     def __init__(self) -> None:
         self._armed: dict[str, int] = {}
         self._delay: dict[str, float] = {}
+        self._lost: dict[str, bool] = {}
         self._lock = threading.Lock()
         for item in filter(None, os.environ.get("TASKLAB_FAULTS", "").split(",")):
             point, _, times = item.partition(":")
             self.arm(point.strip(), int(times or 1))
 
-    def arm(self, point: str, times: int = 1, delay: float = 0.0) -> None:
+    def arm(self, point: str, times: int = 1, delay: float = 0.0, lost: bool = False) -> None:
         """Fail the next `times` writes at `point`, each after `delay` seconds (a write
         that hangs, then fails — as a locked database would)."""
         if point not in self.POINTS:
@@ -138,6 +146,7 @@ class Faults:
         with self._lock:
             self._armed[point] = self._armed.get(point, 0) + times
             self._delay[point] = delay
+            self._lost[point] = lost or point in self.AFTER_COMMIT
 
     def check(self, point: str) -> None:
         with self._lock:
@@ -146,9 +155,10 @@ class Faults:
                 return
             self._armed[point] = left - 1
             delay = self._delay.get(point, 0.0)
+            lost = self._lost.get(point, False)
         if delay:
             time.sleep(delay)
-        raise StoreError(f"injected fault at {point!r}")
+        raise (SessionLost if lost else StoreError)(f"injected fault at {point!r}")
 
 
 def counter_names() -> Iterator[str]:

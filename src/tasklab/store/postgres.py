@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from tasklab.errors import StoreError, WorkerAlive
+from tasklab.errors import SessionLost, StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
@@ -67,18 +67,27 @@ class PostgresStore(SqlStore):
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL: {exc}") from exc
+        with self._session(transaction=False) as conn:
+            yield conn
 
     @contextmanager
     def _write(self) -> Iterator[Any]:
+        with self._session(transaction=True) as conn:
+            yield conn
+
+    @contextmanager
+    def _session(self, *, transaction: bool) -> Iterator[Any]:
+        conn = None
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                yield conn
+            with self._pool.connection() as conn:
+                if transaction:
+                    with conn.transaction():
+                        yield conn
+                else:
+                    yield conn
         except psycopg.Error as exc:
+            if conn is not None and conn.closed:  # the session itself broke
+                raise SessionLost(f"PostgreSQL session lost: {exc}") from exc
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
     def _write_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:

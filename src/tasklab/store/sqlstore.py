@@ -399,6 +399,7 @@ class SqlStore(ABC):
             return []
         request = ClaimRequest(names, limit, owner, lease)
         rows = self._write_steps([("claim_next", self._claim_params(request))])[0]
+        self.faults.check("claim_answer")
         return [self._claim(r, owner) for r in rows]
 
     def _claim_params(self, r: ClaimRequest) -> dict[str, Any]:
@@ -481,6 +482,7 @@ class SqlStore(ABC):
             results = self._finish_in(conn, items)
             self.faults.check("finish")
             rows = self._all(conn, "claim_next", **self._claim_params(refill)) if refill else []
+        self.faults.check("finish_answer")
         return results, [self._claim(r, refill.owner) for r in rows] if refill else []
 
     def _finish_in(
@@ -587,6 +589,12 @@ class SqlStore(ABC):
     def release(self, claim: Claim) -> bool:
         with self._write() as conn:
             return bool(self._x(conn, "release", id=claim.task_id, epoch=claim.epoch).rowcount)
+
+    def release_owned(self, owner: str) -> list[str]:
+        """Give back every running claim whose lease owner is exactly `owner` (one
+        claim call's, none of them started); their ids."""
+        with self._write() as conn:
+            return [r["id"] for r in self._all(conn, "release_owned", owner=owner)]
 
     def effect_get(self, task_id: str, key: str) -> EffectRecord:
         with self._read() as conn:

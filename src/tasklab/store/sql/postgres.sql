@@ -356,6 +356,14 @@ UPDATE tasks SET state = 'queued', attempt = attempt - 1, lease_owner = NULL,
     lease_until = NULL, started_at = NULL
 WHERE id = :id AND epoch = :epoch AND state = 'running';
 
+-- name: release_owned
+-- Give back the claims of one claim call whose answer was lost (none of them started).
+-- (The IN repeats the live-task index's condition: a scan of live tasks, not of all.)
+UPDATE tasks SET state = 'queued', attempt = attempt - 1, lease_owner = NULL,
+    lease_until = NULL, started_at = NULL
+WHERE state IN ('running', 'cancel_requested') AND state = 'running' AND lease_owner = :owner
+RETURNING id;
+
 -- name: insert_outbox
 -- The notification of a terminal transition, in the same transaction.
 INSERT INTO outbox (event_id, task_id, created_at) VALUES (:event_id, :task_id, clock_timestamp());

@@ -1,0 +1,89 @@
+"""A write whose session breaks: before its commit (nothing written) or after it (written,
+the answer lost). Injected with the store's fault hook (`lost=True`, `finish_answer`,
+`claim_answer`) on both stores; `test_pg_connections.py` kills real sessions."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tasklab import State
+from tasklab.core.models import NewTask, Outcome
+from tasklab.errors import LeaseLost, SessionLost
+from tasklab.finisher import Finisher
+from tasklab.store import open_store
+from tests.conftest import wait_for
+
+
+@pytest.fixture
+def stores(store_url):  # type: ignore[no-untyped-def]
+    store, reader = open_store(store_url), open_store(store_url)
+    yield store, reader
+    store.close()
+    reader.close()
+
+
+def _one_claim(store):  # type: ignore[no-untyped-def]
+    store.submit([NewTask("t.echo", {"value": 1}, 1, False)])
+    (claim,) = store.claim(["t.echo"], 1, "w1", 30.0)
+    return claim
+
+
+def test_a_terminal_write_whose_session_broke_is_retried_on_new_ones(stores):
+    store, reader = stores
+    claim = _one_claim(store)
+    # broke before the commit, three times in a row (a server coming back): nothing
+    # written until the fourth
+    store.faults.arm("finish", times=3, lost=True)
+    assert Finisher(store).finish(claim, Outcome.returned(1), []) is State.SUCCEEDED
+    assert reader.get(claim.task_id).state is State.SUCCEEDED
+
+
+def test_retrying_a_lost_session_gives_up_in_time(stores):
+    store, reader = stores
+    claim = _one_claim(store)
+    store.faults.arm("finish", times=100, lost=True)  # the database stays away
+    started = time.monotonic()
+    with pytest.raises(SessionLost):
+        Finisher(store, lost_retry_for=0.3).finish(claim, Outcome.returned(1), [])
+    assert time.monotonic() - started < 2
+    assert reader.get(claim.task_id).state is State.RUNNING  # left to its lease
+
+
+def test_a_lone_terminal_write_that_fails_otherwise_is_not_retried(stores):
+    store, reader = stores
+    claim = _one_claim(store)
+    store.faults.arm("finish")
+    with pytest.raises(Exception, match="injected fault"):
+        Finisher(store).finish(claim, Outcome.returned(1), [])
+    assert reader.get(claim.task_id).state is State.RUNNING  # left to its lease
+
+
+def test_a_terminal_write_whose_answer_was_lost_stands_and_is_not_made_twice(stores):
+    store, reader = stores
+    claim = _one_claim(store)
+    store.faults.arm("finish_answer")  # committed; the answer lost with the session
+    with pytest.raises(LeaseLost):  # the retry meets its own commit, fenced off
+        Finisher(store).finish(claim, Outcome.returned(7), [("progress", {"n": 1})])
+    snap = reader.get(claim.task_id)
+    assert snap.state is State.SUCCEEDED and snap.result == 7
+    assert [e.seq for e in reader.events(claim.task_id)] == [1]
+    assert reader.outbox_for(claim.task_id) is not None
+
+
+@pytest.mark.parametrize("point", ["claim_answer", "finish_answer"])
+def test_claims_whose_commit_answer_was_lost_are_given_back(app, point):
+    """The claims committed, the worker never learned of them: they go back to the
+    queue at once instead of waiting for their leases and ending, never started, as
+    `outcome_unknown` (t.mark_unsafe is not retry-safe; its 20 ms let every finish
+    claim the next task in the same commit)."""
+    ids = [app.submit("t.mark_unsafe", {"n": i, "ms": 20.0}) for i in range(12)]
+    app.store.faults.arm(point)
+    with app.worker(concurrency=2) as w:
+        # well inside the 5 s lease: nothing here waits for a lease to expire
+        wait_for(lambda: all(app.query(t).terminal for t in ids), timeout=4)
+    wait_for(lambda: w.lost_claims_released >= 1, timeout=4)
+    for tid in ids:
+        snap = app.query(tid)
+        assert snap.state is State.SUCCEEDED and snap.attempt == snap.result == 1, snap
