@@ -297,3 +297,17 @@ def test_a_serving_process_counts_as_an_executor_even_without_a_worker(app):
         with pytest.raises(WorkerAlive):
             app.recover_running()
     assert app.recover_running() == []
+
+
+def test_a_submit_whose_answer_was_lost_is_503_and_a_keyed_retry_finds_it(client, app):
+    """The commit happened, the answer did not come back (a broken session): the client
+    is told to try again, and the same idempotency key makes that retry safe."""
+    body = {"task": "t.echo", "payload": {"value": 5}, "idempotency_key": "order-5"}
+    app.store.faults.arm("submit_answer")
+    lost = client.post("/tasks", json=body)
+    assert lost.status_code == 503 and lost.headers["retry-after"] == "1"
+    assert lost.json()["error"]["code"] == "store_error"
+    retry = client.post("/tasks", json=body)
+    assert retry.status_code == 200  # it was there: found, not made again
+    page = client.get("/tasks").json()
+    assert [item["id"] for item in page["items"]] == [retry.json()["id"]]

@@ -78,3 +78,27 @@ def test_a_caller_that_goes_away_leaves_its_task_committed(app):
 
     asyncio.run(main())
     assert app.counts()["queued"] == 1  # answered or not, a started submit is committed
+
+
+def test_a_batch_whose_answer_was_lost_is_not_inserted_again(app, store_url):
+    """The batch committed and its answer was lost: retrying its submits one at a time
+    would insert every task twice. Each caller hears the loss instead."""
+    from tasklab.errors import SessionLost
+
+    sizes: list[int] = []
+    batcher = _batcher(app, sizes)
+    app.store.faults.arm("submit_answer")
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(
+            *[batcher.submit("t.echo", {"value": i}) for i in range(10)], return_exceptions=True
+        )
+
+    results = asyncio.run(main())
+    assert sizes == [10]
+    assert all(isinstance(r, SessionLost) for r in results)
+    other = make_app(store_url)  # verified from a new connection
+    try:
+        assert other.counts()["queued"] == 10
+    finally:
+        other.close()

@@ -17,6 +17,7 @@ from typing import Any
 
 from tasklab.app import TaskApp
 from tasklab.core.models import TaskSnapshot
+from tasklab.errors import SessionLost
 
 Submitted = tuple[TaskSnapshot, bool]
 _Request = tuple[str, object, str | None, int | None]
@@ -82,6 +83,10 @@ class SubmitBatcher:
             try:
                 items = [app.prepare(*req) for req in requests]
                 return list(app.store.submit(items))
+            except SessionLost as exc:
+                # It may have committed: one at a time would insert each task again.
+                # Every caller hears it (HTTP 503) and may retry, safely with a key.
+                return [exc] * len(requests)
             except Exception:  # noqa: S110 - find out which one, one at a time
                 pass
         out: list[Submitted | Exception] = []

@@ -118,16 +118,14 @@ class Faults:
     `store.faults.arm("finish")` makes the next terminal write raise `StoreError`
     before it commits; `arm("finish", times=3)` the next three; `lost=True` raises
     `SessionLost` instead, as a broken session would. Points: `finish`,
-    `append_events`, `heartbeat`, `delivery_record`, and two after a commit, where the
-    write is made and its answer lost with the session (`SessionLost`): `finish_answer`
-    (a terminal write and the claims made with it) and `claim_answer`. In a child
-    process set `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
+    `append_events`, `heartbeat`, `delivery_record`, and three after a commit, where
+    the write is made and its answer lost with the session (`SessionLost`):
+    `finish_answer` (a terminal write and the claims made with it), `claim_answer` and
+    `submit_answer`. In a child process set `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
     """
 
-    POINTS = frozenset(
-        {"finish", "append_events", "heartbeat", "delivery_record", "finish_answer", "claim_answer"}
-    )
-    AFTER_COMMIT = frozenset({"finish_answer", "claim_answer"})
+    AFTER_COMMIT = frozenset({"finish_answer", "claim_answer", "submit_answer"})
+    POINTS = frozenset({"finish", "append_events", "heartbeat", "delivery_record"}) | AFTER_COMMIT
 
     def __init__(self) -> None:
         self._armed: dict[str, int] = {}

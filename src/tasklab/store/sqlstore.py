@@ -239,6 +239,7 @@ class SqlStore(ABC):
             item = items[0]
             params = self._insert_params(item)
             inserted = self._write_steps([("insert_task", params)])[0]
+            self.faults.check("submit_answer")
             if inserted:
                 return [(self._fresh(item, params, inserted[0]), True)]
             # ON CONFLICT DO NOTHING: the key is taken, by a committed task (the insert
@@ -251,10 +252,13 @@ class SqlStore(ABC):
             if len(items) > 1 and all(i.idempotency_key is None for i in items):
                 batch = [self._insert_params(i) for i in items]
                 rows = self._insert_batch(conn, batch)
-                return [
+                out = [
                     (self._fresh(i, p, r), True) for i, p, r in zip(items, batch, rows, strict=True)
                 ]
-            return [self._insert(conn, item) for item in items]
+            else:
+                out = [self._insert(conn, item) for item in items]
+        self.faults.check("submit_answer")
+        return out
 
     @staticmethod
     def _insert_params(item: NewTask) -> dict[str, Any]:

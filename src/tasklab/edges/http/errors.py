@@ -8,6 +8,7 @@ from tasklab.errors import (
     IdempotencyConflict,
     InvalidPayload,
     QueueFull,
+    SessionLost,
     ShuttingDown,
     TasklabError,
     TaskNotFound,
@@ -21,17 +22,23 @@ STATUS: list[tuple[type[TasklabError], int]] = [
     (UnknownTask, 422),
     (ShuttingDown, 503),
     (QueueFull, 503),
+    (SessionLost, 503),  # the database session broke: try again (with the same key)
 ]
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
 
 
 def from_tasklab(exc: TasklabError) -> JSONResponse:
     for cls, status in STATUS:
         if isinstance(exc, cls):
-            return error_response(status, exc.code, str(exc))
+            retry = {"Retry-After": "1"} if isinstance(exc, SessionLost) else None
+            return error_response(status, exc.code, str(exc), retry)
     return error_response(500, exc.code, str(exc))
 
 
