@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import inspect
+import itertools
+import logging
 import os
 import secrets
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -32,7 +36,7 @@ from tasklab.core.models import (
 )
 from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.states import CancelReason, State
-from tasklab.errors import Cancelled, InvalidPayload
+from tasklab.errors import Cancelled, InvalidPayload, SessionLost, TasklabError
 from tasklab.execution import Execution, result_outcome
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
@@ -40,6 +44,8 @@ from tasklab.store import Store, open_store
 from tasklab.store.base import PRUNED
 from tasklab.tasks import stream_text as _stream_text
 from tasklab.tasks import wordfreq as _wordfreq
+
+log = logging.getLogger("tasklab.app")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,6 +71,9 @@ class TaskApp:
         self.registry = Registry()
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._claim_calls = itertools.count(1)
+        self.lost_claims_released = 0
+        self._released_lock = threading.Lock()
         self.registry.add(
             TaskDef(
                 "wordfreq",
@@ -239,10 +248,54 @@ class TaskApp:
             if spec.transactional:
                 self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
             else:
-                claim = self.store.claim_id(task_id, self.owner, self.settings.lease)
+                claim = self.claim_task(task_id)
                 if claim is not None:
                     self.execute(claim)
         return self.store.get(task_id)
+
+    # ---- claims whose answer is lost -----------------------------------------------
+    def claim_owner(self) -> str:
+        """The lease owner one claim call writes: this process, plus a number that finds
+        exactly that call's claims again if its answer is lost with its session."""
+        return f"{self.owner}#{next(self._claim_calls)}"
+
+    def claim_task(self, task_id: str) -> Claim | None:
+        """Claim one queued task by id for this process (None: not claimable). A claim
+        whose answer was lost is given back before `SessionLost` reaches the caller."""
+        owner = self.claim_owner()
+        try:
+            return self.store.claim_id(task_id, owner, self.settings.lease)
+        except SessionLost:
+            self.release_lost_claims(owner)
+            raise
+
+    def release_lost_claims(self, owner: str) -> None:
+        """A claim call lost its session after it may have committed: its claims, if
+        any, were never started. Give them back (attempt back, epoch kept) instead of
+        leaving them to their leases, where a task that never started would end as one
+        that died. In a thread of its own, retried while the database comes back (up
+        to half a lease): the caller may be a group commit's leader."""
+        threading.Thread(
+            target=self._release_lost_now, args=(owner,), name="tasklab-release", daemon=True
+        ).start()
+
+    def _release_lost_now(self, owner: str) -> None:
+        deadline = time.monotonic() + self.settings.lease / 2
+        pause = 0.05
+        while True:
+            try:
+                released = self.store.release_owned(owner)
+                break
+            except TasklabError as exc:
+                if time.monotonic() + pause > deadline:
+                    log.warning("claims of a lost session left to their leases: %s", exc)
+                    return
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        if released:
+            with self._released_lock:
+                self.lost_claims_released += len(released)
+            log.warning("released %d claim(s) whose commit answer was lost", len(released))
 
     def execute(self, claim: Claim) -> State | None:
         """Execute a claim in this thread with heartbeats; None if nothing committed."""

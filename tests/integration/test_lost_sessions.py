@@ -80,10 +80,33 @@ def test_claims_whose_commit_answer_was_lost_are_given_back(app, point):
     claim the next task in the same commit)."""
     ids = [app.submit("t.mark_unsafe", {"n": i, "ms": 20.0}) for i in range(12)]
     app.store.faults.arm(point)
-    with app.worker(concurrency=2) as w:
+    with app.worker(concurrency=2):
         # well inside the 5 s lease: nothing here waits for a lease to expire
         wait_for(lambda: all(app.query(t).terminal for t in ids), timeout=4)
-    wait_for(lambda: w.lost_claims_released >= 1, timeout=4)
+    wait_for(lambda: app.lost_claims_released >= 1, timeout=4)
     for tid in ids:
         snap = app.query(tid)
         assert snap.state is State.SUCCEEDED and snap.attempt == snap.result == 1, snap
+
+
+@pytest.mark.parametrize("runner", ["direct", "thread", "process", "async"])
+def test_a_claim_by_id_whose_answer_was_lost_is_given_back(app, runner):
+    """`app.run` and the runners used directly claim one task by id: a lost answer
+    raises, and the claim it may have made goes back to the queue (not to its lease)."""
+    from tasklab import AsyncTaskRunner, ProcessTaskRunner, ThreadTaskRunner
+    from tasklab.errors import SessionLost
+
+    task = "t.async_echo" if runner == "async" else "t.echo"
+    tid = app.submit(task, {"value": 1})
+    app.store.faults.arm("claim_answer")
+    if runner == "direct":
+        with pytest.raises(SessionLost):
+            app.run(tid)
+    else:
+        kind = {"thread": ThreadTaskRunner, "process": ProcessTaskRunner, "async": AsyncTaskRunner}
+        with kind[runner](app, workers=1) as pool:
+            with pytest.raises(SessionLost):
+                pool.submit(tid).result(timeout=10)
+    wait_for(lambda: app.query(tid).state is State.QUEUED, timeout=4)  # inside the lease
+    assert app.query(tid).attempt == 0
+    assert app.run(tid).state is State.SUCCEEDED

@@ -250,7 +250,7 @@ class AsyncTaskRunner(BaseRunner):
         spec = app.registry.get(snap.task)
         if spec.transactional or not (spec.is_async or spec.async_fn):
             return await self._db_call(app.run, task_id)
-        claim = await self._db_call(app.store.claim_id, task_id, app.owner, app.settings.lease)
+        claim = await self._db_call(app.claim_task, task_id)
         if claim is not None:
             await run_async_execution(app, claim, spec, self._db)
         return await self._db_call(app.store.get, task_id)

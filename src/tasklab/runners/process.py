@@ -153,7 +153,7 @@ class ProcessTaskRunner(BaseRunner):
         if spec.transactional:
             return app.run(task_id)  # database-only work: no process needed
         with app.store.executor_presence():
-            claim = app.store.claim_id(task_id, app.owner, app.settings.lease)
+            claim = app.claim_task(task_id)
             if claim is not None:
                 self._run_claim(claim)
         return app.store.get(task_id)

@@ -12,7 +12,6 @@ is left to its lease. It never turns a queued task into anything else.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -61,9 +60,6 @@ class Worker:
         self._dispatcher: Any = None
         self.retention = Retention(app, retain) if retain is not None else None
         self.claimed = 0
-        self._claim_calls = itertools.count(1)
-        self.lost_claims_released = 0
-        self._released_lock = threading.Lock()
         self.drained = 0
         self.cancelled_on_shutdown = 0
 
@@ -140,43 +136,12 @@ class Worker:
         slots = self.runner.count_running(finishing)
         if slots == 0:
             return None
-        return ClaimRequest(self.leased_names, slots, self._claim_owner(), self.app.settings.lease)
+        return ClaimRequest(
+            self.leased_names, slots, self.app.claim_owner(), self.app.settings.lease
+        )
 
     def claims_lost(self, request: ClaimRequest) -> None:
-        self._release_owned(request.owner)
-
-    def _claim_owner(self) -> str:
-        """The lease owner written by one claim call: the process, plus a number that
-        finds exactly that call's claims again if its answer is lost."""
-        return f"{self.app.owner}#{next(self._claim_calls)}"
-
-    def _release_owned(self, owner: str) -> None:
-        """A claim call lost its session after it may have committed: its claims, if
-        any, were never handed to the runner. Give them back (attempt back, epoch kept)
-        instead of leaving them to their leases, where a task that never started would
-        end as one that died. In a thread of its own, retried while the database comes
-        back (up to half a lease): the caller may be a group commit's leader."""
-        threading.Thread(
-            target=self._release_owned_now, args=(owner,), name="tasklab-release", daemon=True
-        ).start()
-
-    def _release_owned_now(self, owner: str) -> None:
-        deadline = time.monotonic() + self.app.settings.lease / 2
-        pause = 0.05
-        while True:
-            try:
-                released = self.app.store.release_owned(owner)
-                break
-            except TasklabError as exc:
-                if time.monotonic() + pause > deadline:
-                    log.warning("claims of a lost session left to their leases: %s", exc)
-                    return
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
-        if released:
-            with self._released_lock:
-                self.lost_claims_released += len(released)
-            log.warning("released %d claim(s) whose commit answer was lost", len(released))
+        self.app.release_lost_claims(request.owner)
 
     def adopt(self, claims: list[Claim]) -> None:
         for claim in claims:
@@ -236,11 +201,11 @@ class Worker:
     def _claim_some(self, free: int) -> int:
         if free <= 0:
             return 0
-        owner = self._claim_owner()
+        owner = self.app.claim_owner()
         try:
             claims = self.app.store.claim(self.leased_names, free, owner, self.app.settings.lease)
         except SessionLost:
-            self._release_owned(owner)
+            self.app.release_lost_claims(owner)
             raise
         for claim in claims:
             try:

@@ -417,6 +417,7 @@ class SqlStore(ABC):
     def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
         with self._write() as conn:
             row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=lease)
+        self.faults.check("claim_answer")
         return self._claim(row, owner) if row else None
 
     def queued_ids(self, names: list[str], limit: int) -> list[str]:
