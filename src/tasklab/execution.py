@@ -21,7 +21,7 @@ from tasklab.core.models import JSON, Claim, EffectRecord, Outcome
 from tasklab.core.policy import exception_outcome
 from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, ErrorCode, State
-from tasklab.errors import Cancelled, LeaseLost, TasklabError
+from tasklab.errors import Cancelled, LeaseLost, SessionLost, TasklabError
 
 if TYPE_CHECKING:
     from tasklab.app import TaskApp
@@ -50,6 +50,10 @@ class Execution:
         self._buf_since: float | None = self.started
         self._buf_lock = threading.Lock()
         self._write_lock = threading.Lock()  # keeps flushes and the finish in order
+        self._written = 0  # this attempt's events known committed
+        # a batch whose append lost its session: committed or not, found out before
+        # anything else is written (never lost, never written twice)
+        self._unsure: list[tuple[str, JSON]] | None = None
         # An async execution must not write from the event loop: it flushes in a thread.
         self.inline_flush = True
         self.stop_hooks: list[Callable[[], None]] = []
@@ -98,7 +102,12 @@ class Execution:
 
     def _maybe_flush(self) -> None:
         if self.inline_flush and self.flush_needed:
-            self.flush()
+            try:
+                self.flush()
+            except LeaseLost:
+                raise
+            except TasklabError:
+                pass  # kept in the buffer: the next flush or the terminal write tries again
 
     def heartbeat(self) -> None:
         self.beat()
@@ -133,9 +142,48 @@ class Execution:
             if self.lost:
                 self._take()
                 return
+            self._resolve_unsure()
             events = self._take()
-            if events:
+            if not events:
+                return
+            try:
                 self._fenced(self.store.append_events, self.claim, events)
+            except SessionLost:
+                self._unsure = events
+                raise
+            except LeaseLost:
+                raise
+            except TasklabError:
+                self._put_back(events)  # the store refused it whole: nothing was written
+                raise
+            self._written += len(events)
+
+    def _put_back(self, events: list[tuple[str, JSON]]) -> None:
+        with self._buf_lock:
+            self._buf[:0] = [[t, d] for t, d in events]
+            self._note(sum(len(json.dumps(d)) for _, d in events))
+
+    def _resolve_unsure(self) -> None:
+        """Did the append that lost its session commit? Only this attempt writes events
+        with its attempt number, so counting them tells (raises while the store is
+        still away, keeping the batch unsure)."""
+        if self._unsure is None:
+            return
+        stored = self._stored_events()
+        if stored == self._written:
+            self._put_back(self._unsure)  # not written: write it again
+        else:
+            self._written = stored  # written (the whole batch: one transaction)
+        self._unsure = None
+
+    def _stored_events(self) -> int:
+        count, after = 0, 0
+        while True:
+            page = self.store.events(self.task_id, after=after, limit=1000)
+            count += sum(1 for e in page if e.attempt == self.attempt)
+            if len(page) < 1000:
+                return count
+            after = page[-1].seq
 
     def beat(self) -> None:
         if self.lost:
@@ -191,8 +239,9 @@ class Execution:
         with self._write_lock:
             if self.lost:
                 return None
-            events = self._take()
             try:
+                self._resolve_unsure()
+                events = self._take()
                 return self.app.finisher.finish(self.claim, outcome, events)
             except LeaseLost:
                 self._lose()

@@ -110,3 +110,25 @@ def test_a_claim_by_id_whose_answer_was_lost_is_given_back(app, runner):
     wait_for(lambda: app.query(tid).state is State.QUEUED, timeout=4)  # inside the lease
     assert app.query(tid).attempt == 0
     assert app.run(tid).state is State.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("point", "lost"),
+    [
+        ("append_events", False),  # refused whole: nothing written
+        ("append_events", True),  # the session broke before the commit
+        ("append_events_answer", True),  # written, the answer lost
+    ],
+)
+def test_a_failed_event_flush_loses_no_chunk_and_writes_none_twice(app, point, lost):
+    """Streamed text is flushed while the task runs; a flush that fails is kept and
+    written later, one whose fate is unknown is looked up first: the chunks still
+    concatenate exactly to the streamed text, with gapless seqs."""
+    parts = [f"w{i} " for i in range(40)]
+    tid = app.submit("t.stream", {"parts": parts, "pause": 0.01})
+    app.store.faults.arm(point, times=2, lost=lost)
+    assert app.run(tid).state is State.SUCCEEDED
+    events = app.events(tid)
+    assert "".join(e.data["text"] for e in events if e.type == "chunk") == "".join(parts)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.type for e in events].count("attempt") == 1

@@ -118,13 +118,16 @@ class Faults:
     `store.faults.arm("finish")` makes the next terminal write raise `StoreError`
     before it commits; `arm("finish", times=3)` the next three; `lost=True` raises
     `SessionLost` instead, as a broken session would. Points: `finish`,
-    `append_events`, `heartbeat`, `delivery_record`, and three after a commit, where
-    the write is made and its answer lost with the session (`SessionLost`):
-    `finish_answer` (a terminal write and the claims made with it), `claim_answer` and
-    `submit_answer`. In a child process set `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
+    `append_events`, `heartbeat`, `delivery_record`, and four after a commit, where the
+    write is made and its answer lost with the session (`SessionLost`):
+    `finish_answer` (a terminal write and the claims made with it), `claim_answer`,
+    `submit_answer` and `append_events_answer`. In a child process set
+    `TASKLAB_FAULTS="finish:1,heartbeat:2"`.
     """
 
-    AFTER_COMMIT = frozenset({"finish_answer", "claim_answer", "submit_answer"})
+    AFTER_COMMIT = frozenset(
+        {"finish_answer", "claim_answer", "submit_answer", "append_events_answer"}
+    )
     POINTS = frozenset({"finish", "append_events", "heartbeat", "delivery_record"}) | AFTER_COMMIT
 
     def __init__(self) -> None:

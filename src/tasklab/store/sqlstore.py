@@ -461,6 +461,7 @@ class SqlStore(ABC):
         with self._write() as conn:
             self.faults.check("append_events")
             row = self._fenced(conn, claim, events)
+        self.faults.check("append_events_answer")
         return int(row["event_seq"])
 
     def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
