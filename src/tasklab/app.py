@@ -16,7 +16,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -40,6 +39,7 @@ from tasklab.errors import Cancelled, InvalidPayload, SessionLost, TasklabError
 from tasklab.execution import Execution, result_outcome
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
+from tasklab.retrying import retried
 from tasklab.store import Store, open_store
 from tasklab.store.base import PRUNED
 from tasklab.tasks import stream_text as _stream_text
@@ -280,18 +280,13 @@ class TaskApp:
         ).start()
 
     def _release_lost_now(self, owner: str) -> None:
-        deadline = time.monotonic() + self.settings.lease / 2
-        pause = 0.05
-        while True:
-            try:
-                released = self.store.release_owned(owner)
-                break
-            except TasklabError as exc:
-                if time.monotonic() + pause > deadline:
-                    log.warning("claims of a lost session left to their leases: %s", exc)
-                    return
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        try:
+            released = retried(
+                lambda: self.store.release_owned(owner), TasklabError, self.settings.lease / 2
+            )
+        except TasklabError as exc:
+            log.warning("claims of a lost session left to their leases: %s", exc)
+            return
         if released:
             with self._released_lock:
                 self.lost_claims_released += len(released)

@@ -15,13 +15,13 @@ and a claim commit, and no claim-loop wake-up in between).
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
 from tasklab.errors import SessionLost
+from tasklab.retrying import retried
 from tasklab.store.base import PendingEvent, Store
 
 
@@ -138,21 +138,14 @@ class Finisher:
         return refiller, [self._write_alone(i) for i in batch], []
 
     def _write_alone(self, item: _Item) -> State | BaseException:
-        deadline = time.monotonic() + self.lost_retry_for
-        pause = 0.05
-        while True:
-            try:
-                states, _ = self.store.finish_and_claim(
-                    [(item.claim, item.outcome, item.events)], None
-                )
-                return states[0]
-            except SessionLost as exc:
-                if time.monotonic() + pause > deadline:
-                    return exc
-            except Exception as exc:
-                return exc
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+        try:
+            write = [(item.claim, item.outcome, item.events)]
+            states, _ = retried(
+                lambda: self.store.finish_and_claim(write, None), SessionLost, self.lost_retry_for
+            )
+            return states[0]
+        except Exception as exc:
+            return exc
 
     def _refill(self, finishing: list[str]) -> tuple[Refiller | None, ClaimRequest | None]:
         for refiller in list(self.refillers):
