@@ -267,6 +267,7 @@ def test_release_owned_gives_back_exactly_one_claim_calls_running_claims(store, 
     assert reader.get(kept[0].task_id).state is State.RUNNING
     assert reader.get(cancelled.task_id).state is State.CANCEL_REQUESTED
     assert store.release_owned("host:1:ab#7") == []
+    assert reader.counters()["lost_claims_released"] == 2  # counted in that transaction
     again = {c.task_id: c.epoch for c in store.claim(NAMES, 2, "w2", 5.0)}
     assert again == {c.task_id: c.epoch + 1 for c in lost}  # the epoch stays, then moves on
     assert len(ids) == 4

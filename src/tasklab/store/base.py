@@ -171,4 +171,5 @@ def counter_names() -> Iterator[str]:
         "notifications_delivered",
         "delivery_failures",
         "tasks_pruned",
+        "lost_claims_released",
     )

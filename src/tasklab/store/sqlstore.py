@@ -600,7 +600,10 @@ class SqlStore(ABC):
         """Give back every running claim whose lease owner is exactly `owner` (one
         claim call's, none of them started); their ids."""
         with self._write() as conn:
-            return [r["id"] for r in self._all(conn, "release_owned", owner=owner)]
+            ids = [r["id"] for r in self._all(conn, "release_owned", owner=owner)]
+            if ids:
+                self._x(conn, "bump_counter", name="lost_claims_released", n=len(ids))
+        return ids
 
     def effect_get(self, task_id: str, key: str) -> EffectRecord:
         with self._read() as conn:
