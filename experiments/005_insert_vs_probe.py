@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from _shares import print_shares  # experiments/ is on the path when run
 
 from tasklab.store.sqlite import SQLiteStore
 
@@ -111,10 +112,7 @@ def main() -> None:
             for name, fn in kinds.items():
                 results[name].append(timed(conn, args.n, fn))
         conn.close()
-    base = statistics.median(results["probe"])
-    for name, samples in results.items():
-        median = statistics.median(samples)
-        print(f"{name:18s} {median:6.0f} µs per commit  {base / median:5.2f} of the probe's rate")
+    print_shares(results)
 
 
 if __name__ == "__main__":

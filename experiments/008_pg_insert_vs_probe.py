@@ -13,12 +13,12 @@ each as a share of the probe's rate: the ceiling for "enqueue one at a time".
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from _shares import print_shares  # experiments/ is on the path when run
 
 from tasklab.store.postgres import PostgresStore
 from tasklab.store.sqlstore import new_task_id
@@ -68,10 +68,7 @@ def main() -> None:
     finally:
         conn.execute("ALTER TABLE tasks ENABLE TRIGGER USER")
         conn.close()
-    base = statistics.median(results["probe"])
-    for name, samples in results.items():
-        median = statistics.median(samples)
-        print(f"{name:22s} {median:6.0f} µs per commit  {base / median:5.2f} of the probe's rate")
+    print_shares(results)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def test_claims_whose_commit_answer_was_lost_are_given_back(app, point):
     with app.worker(concurrency=2):
         # well inside the 5 s lease: nothing here waits for a lease to expire
         wait_for(lambda: all(app.query(t).terminal for t in ids), timeout=4)
-    wait_for(lambda: app.lost_claims_released >= 1, timeout=4)
+    wait_for(lambda: app.store.counters()["lost_claims_released"] >= 1, timeout=4)
     for tid in ids:
         snap = app.query(tid)
         assert snap.state is State.SUCCEEDED and snap.attempt == snap.result == 1, snap

@@ -131,9 +131,8 @@ class Faults:
     POINTS = frozenset({"finish", "append_events", "heartbeat", "delivery_record"}) | AFTER_COMMIT
 
     def __init__(self) -> None:
-        self._armed: dict[str, int] = {}
-        self._delay: dict[str, float] = {}
-        self._lost: dict[str, bool] = {}
+        # point -> (writes left to fail, delay, raise SessionLost)
+        self._armed: dict[str, tuple[int, float, bool]] = {}
         self._lock = threading.Lock()
         for item in filter(None, os.environ.get("TASKLAB_FAULTS", "").split(",")):
             point, _, times = item.partition(":")
@@ -145,18 +144,18 @@ class Faults:
         if point not in self.POINTS:
             raise ValueError(f"unknown fault point {point!r}; known: {sorted(self.POINTS)}")
         with self._lock:
-            self._armed[point] = self._armed.get(point, 0) + times
-            self._delay[point] = delay
-            self._lost[point] = lost or point in self.AFTER_COMMIT
+            left = self._armed.get(point, (0, 0.0, False))[0]
+            self._armed[point] = (left + times, delay, lost or point in self.AFTER_COMMIT)
 
     def check(self, point: str) -> None:
+        if point not in self._armed:  # every write passes here: no lock unless armed
+            return
         with self._lock:
-            left = self._armed.get(point, 0)
+            left, delay, lost = self._armed.pop(point, (0, 0.0, False))
             if left <= 0:
                 return
-            self._armed[point] = left - 1
-            delay = self._delay.get(point, 0.0)
-            lost = self._lost.get(point, False)
+            if left > 1:
+                self._armed[point] = (left - 1, delay, lost)
         if delay:
             time.sleep(delay)
         raise (SessionLost if lost else StoreError)(f"injected fault at {point!r}")
