@@ -320,3 +320,21 @@ def slow_steps(ctx: Any, steps: int = 100) -> int:
         ctx.emit({"done": i, "total": steps})
         time.sleep(0.3)
     return steps
+
+
+@app.task(name="t.ticker", retry_safe=True, max_attempts=3)
+def ticker(ctx: Any, dir: str, seconds: float = 4.0) -> int:
+    """A task body that logs `<pid> <time>` every 50 ms (a side effect per tick) and
+    checkpoints between ticks; its pid goes to `pids/<pid>`."""
+    d = Path(dir)
+    (d / "pids").mkdir(exist_ok=True)
+    (d / "pids" / str(os.getpid())).touch()
+    end = time.monotonic() + seconds
+    ticks = 0
+    while time.monotonic() < end:
+        with (d / "ticks").open("a") as fh:
+            fh.write(f"{os.getpid()} {time.time():.6f}\n")
+        ticks += 1
+        ctx.checkpoint()
+        time.sleep(0.05)
+    return ticks

@@ -7,8 +7,10 @@ cancel sets a flag the checkpoints see; replies answer the context's calls).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
 import json
+import os
 import queue
 import signal
 import sys
@@ -142,9 +144,27 @@ def _run(
     return {"op": "done", "kind": "return", "value": value}
 
 
-def main(conn: Connection) -> None:
+PR_SET_PDEATHSIG = 1
+ORPHANED = 70  # exit status of a child whose parent is gone
+
+
+def die_with_parent(parent: int) -> None:
+    """Never outlive the parent: it holds the claim, and without it a task body that
+    went on would run beside the retry the store allows (or under an
+    `outcome_unknown` that claims nothing about it). Linux kills us the moment the
+    parent dies (`PR_SET_PDEATHSIG`); everywhere, the reader below exits on EOF."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(ORPHANED)
+
+
+def main(conn: Connection, parent: int | None = None) -> None:
     # The parent decides when a task stops (it runs us in our own session, too).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        die_with_parent(parent)
     runs: queue.Queue[dict[str, Any] | None] = queue.Queue()
     replies: queue.Queue[dict[str, Any]] = queue.Queue()
     cancel = threading.Event()
@@ -162,7 +182,9 @@ def main(conn: Connection) -> None:
                 elif msg["op"] == "exit":
                     break
         except (EOFError, OSError):
-            pass
+            # The parent is gone (or dropped us): stop now, mid-task too, before the
+            # task body can start another side effect. No finally block runs.
+            os._exit(ORPHANED)
         runs.put(None)
 
     threading.Thread(target=reader, name="tasklab-child-reader", daemon=True).start()
@@ -172,4 +194,4 @@ def main(conn: Connection) -> None:
 
 
 if __name__ == "__main__":
-    main(Connection(int(sys.argv[1])))
+    main(Connection(int(sys.argv[1])), int(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -48,9 +48,11 @@ def recv(conn: Connection) -> dict[str, Any]:
 class Child:
     """One worker process and the parent's end of its socket pair.
 
-    Started as `python -m tasklab.runners._child FD` (not multiprocessing's spawn, which
-    re-imports the parent's `__main__`), with the parent's `sys.path` so that the
-    task modules of `--app` import the same way.
+    Started as `python -m tasklab.runners._child FD PARENT_PID` (not multiprocessing's
+    spawn, which re-imports the parent's `__main__`), with the parent's `sys.path` so
+    that the task modules of `--app` import the same way. The child dies with this
+    process (see `_child.die_with_parent`): a SIGKILLed worker leaves no task body
+    running beside the retry its lease allows.
     """
 
     def __init__(self) -> None:
@@ -58,7 +60,13 @@ class Child:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tasklab.runners._child", str(theirs.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "tasklab.runners._child",
+                str(theirs.fileno()),
+                str(os.getpid()),  # the child exits the moment this process dies
+            ],
             pass_fds=[theirs.fileno()],
             env=env,
             stdin=subprocess.DEVNULL,
