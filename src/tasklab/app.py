@@ -405,9 +405,12 @@ class TaskApp:
         self.count("rejected_stale_writes")
 
     def close(self) -> None:
+        """Stop the monitor and close the store: calls in flight get the finalization
+        deadline to end, later ones (a task thread a worker left running) are refused
+        with `StoreError`, and the task is left to its lease."""
         self.monitor.stop()
         if self._store is not None:
-            self._store.close()
+            self._store.close(self.settings.finalization)
 
     def __enter__(self) -> TaskApp:
         return self

@@ -5,6 +5,7 @@ exit (2 for bad input, 1 for everything else)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -358,6 +359,30 @@ def worker(
             pass
         report = w.stop()
         err.print(f"tasklab worker stopped: {json.dumps(report)}", highlight=False)
+        left = _say_left_running(report.get("left_running", 0))
+    _exit_now_if_threads_remain(left)
+
+
+def _say_left_running(left: int) -> int:
+    if left:
+        err.print(
+            f"tasklab: {left} task(s) still running after the drain, the cancel request "
+            "and the grace period are left to their leases (a thread cannot be stopped); "
+            "exiting without them",
+            highlight=False,
+        )
+    return left
+
+
+def _exit_now_if_threads_remain(left_running: int) -> None:
+    """The store is closed; a task thread that was left running must not hold the
+    process up (the interpreter joins executor threads at exit, daemon or not): its
+    task is its lease's now."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if left_running or others:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @cli.command()
@@ -386,8 +411,6 @@ def serve(
     retain: Retain = None,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
-    import os
-
     from tasklab.edges.serve import ServeOptions, check_binding, run_event_loop
     from tasklab.edges.serve import serve as run_server
 
@@ -407,12 +430,12 @@ def serve(
     )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
-        _guard(lambda: run_event_loop(run_server(a, opts)))
+        report = _guard(lambda: run_event_loop(run_server(a, opts)))
+        left = _say_left_running((report.get("worker") or {}).get("left_running", 0))
+    _exit_now_if_threads_remain(left)
 
 
 def _webhooks(given: list[str] | None) -> list[str]:
-    import os
-
     env = [u.strip() for u in os.environ.get("TASKLAB_WEBHOOKS", "").split(",") if u.strip()]
     return list(given or []) + env
 

@@ -96,6 +96,7 @@ class Service:
             max_streams=opts.max_streams,
             sse_heartbeat=opts.sse_heartbeat,
             webhooks=opts.webhooks,
+            bound_slots=opts.concurrency,
         )
         self.http_url = ""
         self.jsonl: JsonLinesServer | None = None
@@ -163,25 +164,39 @@ class Service:
         stop_wait.cancel()
 
     async def stop(self) -> dict[str, Any]:
-        app, opts, state = self.app, self.opts, self.state
+        opts, state = self.opts, self.state
         state.closing.set()  # SSE streams end, new submits answer 503
         assert self.jsonl is not None
         jsonl_report = await self.jsonl.close(opts.drain_timeout)
+        # Request-bound tasks stop before the HTTP server does, so that each one's
+        # stream still carries its committed terminal snapshot as `end`.
+        await self._stop_bound()
         self.server.should_exit = True
         await self.serving
-        bound = dict(state.bound_tasks)
-        for task_id in bound.values():
-            await state.db(app.cancel, task_id, CancelReason.SHUTDOWN)
-        if bound:
-            _, still = await asyncio.wait(set(bound), timeout=opts.drain_timeout)
-            for t in still:
-                t.cancel()
+        state.bound.close()
         worker_report = await state.db(self.worker.stop) if self.worker else None
         if self.retention is not None:
             await state.db(self.retention.stop)
         await state.db(self._presence.__exit__, None, None, None)
         state.hub.close()
         return {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}
+
+    async def _stop_bound(self) -> None:
+        """Ask request-bound tasks to stop (`shutdown`) and give them the drain
+        deadline; one that is still running then is left to its lease."""
+        state = self.state
+        bound = dict(state.bound_tasks)
+        for task_id in bound.values():
+            await state.db(self.app.cancel, task_id, CancelReason.SHUTDOWN)
+        if not bound:
+            return
+        _, still = await asyncio.wait(set(bound), timeout=self.opts.drain_timeout)
+        for t in still:
+            t.cancel()
+        # their streams see the terminal state and send `end` (a hub wake-up away)
+        streams_end = asyncio.get_running_loop().time() + 2.0
+        while state.streams.open and asyncio.get_running_loop().time() < streams_end:  # noqa: ASYNC110 - the limiter has only a count
+            await asyncio.sleep(0.01)
 
 
 async def serve(app: TaskApp, opts: ServeOptions) -> dict[str, Any]:

@@ -261,7 +261,7 @@ class AsyncTaskRunner(BaseRunner):
             return await self._db_call(self.app.execute, claim)
         return await run_async_execution(self.app, claim, spec, self._db)
 
-    def _stop_loop(self, cancel_running: bool) -> None:
+    def _stop_loop(self, cancel_running: bool, timeout: float | None) -> None:
         async def close() -> None:
             self._lag_task.cancel()
             if cancel_running:
@@ -271,18 +271,25 @@ class AsyncTaskRunner(BaseRunner):
                 await asyncio.gather(*self._tasks, return_exceptions=True)
 
         if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result()
+            closing = asyncio.run_coroutine_threadsafe(close(), self._loop)
+            with contextlib.suppress(TimeoutError):
+                # a task that never awaits holds the loop: past the deadline it is
+                # left to its lease (the loop thread is a daemon)
+                closing.result(timeout)
             self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._db.shutdown(wait=True)
+        self._thread.join(timeout=10 if timeout is None else timeout)
+        # sync tasks of this runner run in these threads: wait only when not abandoning
+        self._db.shutdown(wait=timeout is None)
 
     def _shutdown_executor(self) -> None:
         self.cancel_unstarted()
-        self._stop_loop(cancel_running=False)
+        self._stop_loop(cancel_running=False, timeout=None)
 
     def _abandon_executor(self) -> None:
+        """Cancel the running tasks (their cancelled outcome is written, shielded and
+        bounded by the finalization deadline); what does not end by then is left."""
         self.cancel_unstarted()
-        self._stop_loop(cancel_running=True)
+        self._stop_loop(cancel_running=True, timeout=self.app.settings.finalization + 1)
 
     def __enter__(self) -> AsyncTaskRunner:
         super().__enter__()

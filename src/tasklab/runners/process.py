@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +115,7 @@ class ProcessTaskRunner(BaseRunner):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=SLOT_PREFIX)
         self._children: dict[int, Child] = {}
         self._children_lock = threading.Lock()
+        self._abandoning = False
         self.terminated = 0
 
     # ---- the slot's child ----------------------------------------------------------
@@ -212,6 +213,13 @@ class ProcessTaskRunner(BaseRunner):
                 msg = child.poll(0.02)
             except (EOFError, OSError):
                 self._replace_child()
+                if self._abandoning:  # we killed it: that much is known
+                    self.terminated += 1
+                    return Outcome.failed(
+                        ErrorCode.TERMINATED,
+                        "still running when its worker shut down; its process was "
+                        "terminated (its finally blocks did not run)",
+                    )
                 return self._died(ex)
             if msg is None:
                 continue
@@ -302,8 +310,14 @@ class ProcessTaskRunner(BaseRunner):
         self._stop_children(kill=False)
 
     def _abandon_executor(self) -> None:
+        """Unlike threads, these tasks can be stopped: terminate their processes, and
+        give the slot threads the finalization deadline to commit `failed/terminated`
+        (a write still unfinished by then is left to the lease)."""
+        self._abandoning = True
+        running = [f for f, _ in self.in_flight()]
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._stop_children(kill=True)
+        wait(running, timeout=self.app.settings.finalization)
 
     def __enter__(self) -> ProcessTaskRunner:
         super().__enter__()

@@ -22,6 +22,7 @@ from psycopg_pool import ConnectionPool
 
 from tasklab.errors import SessionLost, StoreError, WorkerAlive
 from tasklab.store import queries
+from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
@@ -58,6 +59,7 @@ class PostgresStore(SqlStore):
         self._signal = ChangeSignal()
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
+        self._gate = ClosingGate()
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
@@ -79,7 +81,7 @@ class PostgresStore(SqlStore):
     def _session(self, *, transaction: bool) -> Iterator[Any]:
         conn = None
         try:
-            with self._pool.connection() as conn:
+            with self._gate.use(), self._pool.connection() as conn:
                 if transaction:
                     with conn.transaction():
                         yield conn
@@ -209,7 +211,9 @@ class PostgresStore(SqlStore):
                 ready.set()
                 self._closed.wait(0.5)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Refuse new calls, wait up to `timeout` for those in flight, close."""
+        self._gate.close(timeout)
         self._closed.set()
         if self._listener is not None:
             self._listener.join(timeout=2)

@@ -26,6 +26,7 @@ from typing import Any
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.doorbell import Doorbell, wait_ring
+from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
@@ -71,6 +72,7 @@ class SQLiteStore(SqlStore):
         self._doorbell = Doorbell(self.path)
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
+        self._gate = ClosingGate()
         self._write_lock = _process_write_lock(self.path)  # resolved once, not per write
         self._migrate()
 
@@ -95,19 +97,20 @@ class SQLiteStore(SqlStore):
 
     @contextmanager
     def _conn(self) -> Iterator[sqlite3.Connection]:
-        try:
-            conn = self._pool.get_nowait()
-        except queue.Empty:
-            conn = self._connect()
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            # driver errors stop here: the rest of tasklab sees only TasklabError
-            raise StoreError(f"SQLite: {exc}") from exc
-        finally:
-            if conn.in_transaction:  # never hand a connection on mid-transaction
-                conn.rollback()
-            self._pool.put(conn)
+        with self._gate.use():
+            try:
+                conn = self._pool.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                # driver errors stop here: the rest of tasklab sees only TasklabError
+                raise StoreError(f"SQLite: {exc}") from exc
+            finally:
+                if conn.in_transaction:  # never hand a connection on mid-transaction
+                    conn.rollback()
+                self._pool.put(conn)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -241,19 +244,30 @@ class SQLiteStore(SqlStore):
         """Wake this process's waiters (its own commits do so already)."""
         self._signal.bump()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Refuse new calls, wait up to `timeout` for those in flight, close. A
+        connection still in use after that is left open (closing it under its
+        thread would crash the process); the process's exit takes it."""
+        drained = self._gate.close(timeout)
         self._closed.set()
         if self._watcher is not None:
             self._doorbell.interrupt()
             self._watcher.join(timeout=1)
         self._doorbell.close()
+        idle = []
+        while True:
+            try:
+                idle.append(self._pool.get_nowait())
+            except queue.Empty:
+                break
         with self._pool_lock:
-            for conn in self._all_conns:
+            closing = self._all_conns if drained else idle
+            for conn in closing:
                 try:
                     conn.close()
                 except sqlite3.Error:
                     pass
-            self._all_conns.clear()
+            self._all_conns = [c for c in self._all_conns if c not in closing]
 
 
 def _statements(script: str) -> list[str]:

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from tasklab.app import TaskApp
+from tasklab.edges.http.bound import BoundExecutor
 from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
 from tasklab.edges.submits import SubmitBatcher
@@ -60,6 +61,11 @@ class ServerState:
     hub: Any = None
     streams: StreamLimiter = field(default_factory=lambda: StreamLimiter(1000))
     submits: SubmitBatcher | None = None
+    bound_slots: int = 4  # request-bound tasks at once (`--concurrency`)
+    bound: BoundExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bound = BoundExecutor(self.bound_slots)
 
     async def db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Every sync database call from async code: in a thread, with a bound."""

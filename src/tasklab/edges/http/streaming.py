@@ -49,19 +49,22 @@ class EventStreamResponse(Response):
         headers: dict[str, str] | None = None,
         on_disconnect: Callable[[], Awaitable[Any]] | None = None,
         on_end: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        slot_taken: bool = False,
     ) -> None:
         self.frames = frames
         self.limiter = limiter
         self.extra_headers = headers or {}
         self.on_disconnect = on_disconnect
         self.on_end = on_end
+        self.slot_taken = slot_taken  # the caller took this stream's slot already
         self.disconnected = False
         self.status_code = 200
         self.background = None
         self.raw_headers = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.limiter.try_acquire():
+        if not self.slot_taken and not self.limiter.try_acquire():
             await self.frames.aclose()  # type: ignore[attr-defined]
             if self.on_end is not None:
                 await self.on_end()
