@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from tasklab.redact import redact
+
 if TYPE_CHECKING:
     from tasklab.app import TaskApp
 
@@ -34,7 +36,7 @@ class StoreCollector(Collector):
             labels=["url"],
         )
         for url in self.webhooks:
-            lag.add_metric([url], self.app.store.notification_lag(url))
+            lag.add_metric([redact(url)], self.app.store.notification_lag(url))
         yield lag
 
 

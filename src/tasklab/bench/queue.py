@@ -24,6 +24,7 @@ from typing import Any
 from tasklab.app import TaskApp
 from tasklab.bench.tasks import app as bench_tasks
 from tasklab.config import Settings
+from tasklab.redact import redact
 
 
 @dataclass
@@ -164,7 +165,7 @@ def run(
     app = _app(db, durability)
     _reset(app)
     report = QueueReport(
-        db=db.split("@")[-1],
+        db=redact(db),
         n=n,
         durability=durability,
         conditions={

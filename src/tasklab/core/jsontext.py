@@ -15,9 +15,33 @@ import json
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
 
 
+class NotJSON(ValueError):
+    """What a client sent is not JSON tasklab takes (the message says why)."""
+
+
+def loads(data: bytes | str) -> object:
+    """Parse what a client sent. Every way it can be bad is one `NotJSON`: broken
+    syntax, bytes that are not UTF-8, nesting deeper than the parser's recursion limit,
+    and integers longer than Python converts (4,300 digits) — none of them may reach a
+    request handler as a `RecursionError` or a bare `ValueError`."""
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise NotJSON(f"not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise NotJSON("not valid UTF-8") from None
+    except RecursionError:
+        raise NotJSON("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string"
+        raise NotJSON(f"not JSON tasklab takes: {exc}") from None
+
+
 def dumps(value: object) -> str:
     """The stored text of a JSON value; ValueError/TypeError if it is not JSON."""
-    text = _ENCODER.encode(value)
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if not text.isascii():
         check_text(text)
     return text

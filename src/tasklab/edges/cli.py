@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -30,6 +31,7 @@ from tasklab.errors import (
     TaskNotFound,
     UnknownTask,
 )
+from tasklab.redact import redact
 
 cli = typer.Typer(
     add_completion=False, no_args_is_help=True, help="tasklab: durable tasks that tell the truth."
@@ -104,7 +106,7 @@ def _guard(fn: Callable[[], T]) -> T:
 
 def _fail(exc: BaseException, code: int) -> NoReturn:
     name = getattr(exc, "code", type(exc).__name__)
-    err.print(f"error: {name}: {exc}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"error: {name}: {redact(str(exc))}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -354,7 +356,9 @@ def worker(
                 retain=keep,
             ).start()
         )
-        err.print(f"tasklab worker ready: {concurrency} {runner} slots on {db}", highlight=False)
+        err.print(
+            f"tasklab worker ready: {concurrency} {runner} slots on {redact(db)}", highlight=False
+        )
         while not stop.wait(0.2):
             pass
         report = w.stop()
@@ -409,6 +413,34 @@ def serve(
     ] = 1000,
     pin_cpu: PinCpu = None,
     retain: Retain = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar="TASKLAB_ALLOWED_HOSTS",
+            help="A Host name served besides IP addresses and localhost (repeatable; "
+            "'*' for any). Other names are refused: DNS rebinding.",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            envvar="TASKLAB_ALLOWED_ORIGINS",
+            help="An origin (https://app.example) whose pages may make state-changing "
+            "requests (repeatable). Other cross-origin writes are refused.",
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option("--max-connections", min=1, help="Open HTTP connections.")
+    ] = 2000,
+    jsonl_max_connections: Annotated[
+        int, typer.Option("--jsonl-max-connections", min=1, help="Open JSON-lines connections.")
+    ] = 512,
+    header_timeout: Annotated[
+        float,
+        typer.Option("--header-timeout", min=0.1, help="Seconds for a request's headers."),
+    ] = 10.0,
 ) -> None:
     """HTTP API + dashboard + JSON-lines + an embedded worker; graceful on SIGTERM."""
     from tasklab.edges.serve import ServeOptions, check_binding, run_event_loop
@@ -427,6 +459,11 @@ def serve(
         max_streams=max_streams,
         pin_cpu=pin_cpu,
         retain=_guard(lambda: parse_age(retain, "--retain")) if retain is not None else None,
+        allowed_hosts=_split(allowed_host),
+        allowed_origins=_split(allowed_origin),
+        max_connections=max_connections,
+        jsonl_max_connections=jsonl_max_connections,
+        header_timeout=header_timeout,
     )
     _guard(lambda: check_binding(opts))
     with _app(db, app, data_dir=data_dir, lease=lease, drain_timeout=drain_timeout) as a:
@@ -436,8 +473,16 @@ def serve(
 
 
 def _webhooks(given: list[str] | None) -> list[str]:
+    """`--webhook` values and `TASKLAB_WEBHOOKS`, each checked (exit 2 on a bad one)."""
+    from tasklab.service.outbox import check_webhook_url
+
     env = [u.strip() for u in os.environ.get("TASKLAB_WEBHOOKS", "").split(",") if u.strip()]
-    return list(given or []) + env
+    return [_guard(partial(check_webhook_url, u)) for u in [*(given or []), *env]]
+
+
+def _split(values: list[str] | None) -> list[str]:
+    """Repeated options, each of which may also be a comma-separated list (env)."""
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
 
 
 def _on_signals(handler: Callable[[], None]) -> None:
@@ -531,7 +576,7 @@ def bench_queue(
     table = Table(
         "figure",
         *(["value"] if runs == 1 else [f"run {i + 1}" for i in range(runs)]),
-        title=f"tasklab bench queue — {first.db}, N={first.n}",
+        title=f"tasklab bench queue — {redact(first.db)}, N={first.n}",
     )
     columns = [_queue_figures(r) for r in reports]
     for row, label in enumerate(label for label, _ in columns[0]):

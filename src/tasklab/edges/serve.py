@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
+import resource
 import signal
 import socket
 import sys
@@ -25,12 +27,17 @@ import uvicorn
 from tasklab.app import TaskApp
 from tasklab.core.states import CancelReason
 from tasklab.edges.http.app import ServerState, asgi_app
+from tasklab.edges.http.guard import RequestGuard
+from tasklab.edges.http.protocol import bounded_protocol
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
+from tasklab.redact import redact
 from tasklab.runners.thread import check_cpu
 from tasklab.service.retention import Retention
 
 T = TypeVar("T")
+log = logging.getLogger("tasklab.serve")
+FD_RESERVE = 128  # descriptors kept for the database, the store's files, the runners
 
 
 @dataclass
@@ -48,6 +55,36 @@ class ServeOptions:
     embed_worker: bool = True
     pin_cpu: int | None = None  # the embedded worker's thread runner (see runners.thread)
     retain: timedelta | None = None  # prune terminal tasks older than this (`--retain`)
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names beyond IPs/localhost
+    allowed_origins: list[str] = field(default_factory=list)  # cross-origin writers allowed
+    max_connections: int = 2000  # HTTP, SSE streams included
+    jsonl_max_connections: int = 512
+    header_timeout: float = 10.0  # seconds for a request's headers to arrive
+
+
+def fit_connection_caps(opts: ServeOptions) -> list[str]:
+    """Raise the soft file-descriptor limit toward the hard one, and lower the caps
+    that still do not fit under it (one descriptor per connection): running out of
+    descriptors would make both servers unreachable for everyone, silently."""
+    notes: list[str] = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = opts.max_connections + opts.jsonl_max_connections + FD_RESERVE
+    if soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (ValueError, OSError):
+            pass
+    room = soft - FD_RESERVE
+    if opts.max_connections + opts.jsonl_max_connections > room:
+        opts.jsonl_max_connections = max(1, min(opts.jsonl_max_connections, room // 4))
+        opts.max_connections = max(1, room - opts.jsonl_max_connections)
+        notes.append(
+            f"file descriptors: {soft}; connections capped at {opts.max_connections} "
+            f"HTTP and {opts.jsonl_max_connections} JSON-lines"
+        )
+    return notes
 
 
 def is_loopback(host: str) -> bool:
@@ -65,6 +102,8 @@ def check_binding(opts: ServeOptions) -> None:
         raise ValueError(
             f"refusing to bind {opts.host}: a non-loopback address needs TASKLAB_TOKEN"
         )
+    if opts.max_connections < 1 or opts.jsonl_max_connections < 1 or opts.header_timeout <= 0:
+        raise ValueError("connection caps must be at least 1 and the header timeout positive")
     if opts.pin_cpu is not None:
         if opts.runner != "thread":
             raise ValueError(f"--pin-cpu is for the thread runner, not the {opts.runner} runner")
@@ -100,6 +139,8 @@ class Service:
         )
         self.http_url = ""
         self.jsonl: JsonLinesServer | None = None
+        for note in fit_connection_caps(opts):
+            log.warning("%s", note)
 
     async def start(self) -> Service:
         app, opts, state = self.app, self.opts, self.state
@@ -108,7 +149,7 @@ class Service:
         # life (exclusive recovery must refuse while it lives), with or without a worker.
         self._presence = app.store.executor_presence()
         await state.db(self._presence.__enter__)
-        api = asgi_app(state)
+        api = RequestGuard(asgi_app(state), opts.allowed_hosts, opts.allowed_origins)
         self.worker = None
         if opts.embed_worker:
             self.worker = await state.db(
@@ -129,6 +170,8 @@ class Service:
             token=opts.token,
             on_cancelled=self._count_cancelled,
             submits=state.submits,
+            max_connections=opts.jsonl_max_connections,
+            budget=state.budget,
         ).start()
         # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so, and
         # without it every response pays Nagle + delayed ACK (~40 ms) on keep-alive.
@@ -146,6 +189,7 @@ class Service:
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=max(1, int(opts.drain_timeout)),
+            http=bounded_protocol(opts.max_connections, opts.header_timeout),
         )
         self.server = _Server(config, self.stop_requested)
         self.serving = asyncio.create_task(self.server.serve(sockets=[sock]))
@@ -212,7 +256,7 @@ async def serve(app: TaskApp, opts: ServeOptions) -> dict[str, Any]:
                 "event": "ready",
                 "http": service.http_url,
                 "jsonl_port": service.jsonl.port,
-                "db": _safe(app.db),
+                "db": redact(app.db),
             }
         ),
         file=sys.stderr,
@@ -232,7 +276,3 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(main)
     return uvloop.run(main)
-
-
-def _safe(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url

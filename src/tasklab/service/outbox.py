@@ -19,11 +19,24 @@ import httpx
 
 from tasklab.core.policy import Backoff
 from tasklab.errors import TasklabError
+from tasklab.redact import redact
 
 if TYPE_CHECKING:
     from tasklab.app import TaskApp
 
 log = logging.getLogger("tasklab.outbox")
+
+
+def check_webhook_url(url: str) -> str:
+    """The URL if it is an absolute http(s) URL with a host; else ValueError (checked
+    at start, so that one bad URL is a message, not a dead dispatcher)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise ValueError(f"webhook URL {redact(str(url))!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"webhook URL {redact(url)!r} must be http:// or https:// with a host")
+    return url
 
 
 class Dispatcher:
@@ -37,7 +50,7 @@ class Dispatcher:
         backoff: Backoff | None = None,
     ) -> None:
         self.app = app
-        self.urls = list(urls)
+        self.urls = [check_webhook_url(u) for u in urls]
         self.batch = batch
         self.backoff = backoff or Backoff(base=1.0, cap=300.0)
         self._client = httpx.Client(timeout=timeout)
@@ -66,6 +79,9 @@ class Dispatcher:
                 sent = self.deliver_once()
             except TasklabError as exc:
                 log.warning("outbox: %s", exc)
+                sent = 0
+            except Exception as exc:  # nothing may stop the dispatcher: one line, go on
+                log.error("outbox: a round failed: %s: %s", type(exc).__name__, redact(str(exc)))
                 sent = 0
             if not sent:
                 store.wait_change(token, 1.0)
@@ -100,8 +116,8 @@ class Dispatcher:
             )
             if not 200 <= resp.status_code < 300:
                 error = f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # any failure of one delivery is that delivery's
+            error = f"{type(exc).__name__}: {redact(str(exc))}"
         attempts = int(item.get("attempts") or 0) + 1
         ok = error is None
         delay = 0.0 if ok else self.backoff.delay(attempts)

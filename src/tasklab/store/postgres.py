@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from tasklab.errors import SessionLost, StoreError, WorkerAlive
+from tasklab.redact import redact
 from tasklab.store import queries
 from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
@@ -54,7 +55,7 @@ class PostgresStore(SqlStore):
             )
             self._pool.wait(timeout=10)
         except (psycopg.Error, Exception) as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {url}: {exc}") from exc
+            raise StoreError(redact(f"cannot connect to PostgreSQL at {url}: {exc}")) from exc
         self._listener_lock = threading.Lock()
         self._signal = ChangeSignal()
         self._listener: threading.Thread | None = None

@@ -17,6 +17,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,7 @@ from typing import Any
 
 from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
-from tasklab.store.doorbell import Doorbell, wait_ring
+from tasklab.store.doorbell import Doorbell, trusted_uids, wait_ring
 from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
@@ -222,18 +223,26 @@ class SQLiteStore(SqlStore):
         # without a doorbell (not Linux), the data_version check is the only wake-up
         interval = self._watch_interval if bell is not None else 0.001
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        trusted = trusted_uids(self.path)
         try:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
+            next_check = time.monotonic() + interval
             while not self._closed.is_set():
-                if bell is not None and wait_ring(bell, interval):
-                    self.wake()
-                    continue
                 if bell is None:
                     self._closed.wait(interval)
-                now = conn.execute("PRAGMA data_version").fetchone()[0]
-                if now != last:
-                    last = now
-                    self.wake()
+                else:
+                    rang = wait_ring(bell, max(0.0, next_check - time.monotonic()), trusted)
+                    if rang:
+                        self.wake()
+                        continue
+                    if rang is None:  # only strangers' datagrams: dropped; no spinning
+                        self._closed.wait(0.001)
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + interval
+                    now = conn.execute("PRAGMA data_version").fetchone()[0]
+                    if now != last:
+                        last = now
+                        self.wake()
         except (sqlite3.Error, OSError):
             return  # the store was closed under us
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 from tasklab.errors import InvalidPayload
 
 CHUNK_BYTES = 64 * 1024
+MAX_PATH = 4096  # PATH_MAX on Linux
 _WORD = re.compile(r"\w+")
 
 
@@ -59,12 +60,20 @@ def resolve_path(data_dir: str | os.PathLike[str] | None, path: str) -> Path:
     server files."""
     if data_dir is None:
         raise InvalidPayload("'path' needs a data directory (--data-dir / TASKLAB_DATA_DIR)")
+    if not isinstance(path, str) or not 0 < len(path) <= MAX_PATH or "\0" in path:
+        raise InvalidPayload(f"'path' must be a file name of 1 to {MAX_PATH} characters")
     root = Path(data_dir).resolve()
-    target = (root / path).resolve()
-    if not target.is_relative_to(root):
-        raise InvalidPayload(f"path {path!r} is outside the data directory")
-    if not target.is_file():
-        raise InvalidPayload(f"path {path!r} is not a file in the data directory")
+    try:
+        target = (root / path).resolve()
+        inside = target.is_relative_to(root)
+        is_file = inside and target.is_file()
+    except (OSError, ValueError):  # a name the file system refuses (too long, bad bytes)
+        raise InvalidPayload("'path' is not a usable file name") from None
+    shown = path if len(path) <= 80 else path[:77] + "..."
+    if not inside:
+        raise InvalidPayload(f"path {shown!r} is outside the data directory")
+    if not is_file:
+        raise InvalidPayload(f"path {shown!r} is not a file in the data directory")
     return target
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,22 +16,28 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from tasklab.app import TaskApp
+from tasklab.core.jsontext import NotJSON, loads
+from tasklab.edges.budget import ByteBudget
 from tasklab.edges.http.bound import BoundExecutor
 from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
 from tasklab.edges.submits import SubmitBatcher
+from tasklab.edges.tokens import secret_matches
 from tasklab.errors import TasklabError
 from tasklab.metrics import Metrics
 
 log = logging.getLogger("tasklab.http")
 MAX_BODY = 1024 * 1024 + 4096  # a 1 MiB payload plus the envelope
+MAX_RESUME = 2**63 - 1  # seq is a signed 64-bit integer in both stores
 
 
-class SubmitBody(BaseModel):
-    """`POST /tasks` and `POST /tasks/stream`."""
+class SubmitSchema(BaseModel):
+    """`POST /tasks` and `POST /tasks/stream` (the OpenAPI schema; bodies are checked
+    by `parse_submit`, whose errors name the field without echoing the input)."""
 
     task: str
     payload: dict[str, Any] = {}
@@ -41,8 +45,12 @@ class SubmitBody(BaseModel):
     max_attempts: int | None = None
 
 
-class LoginBody(BaseModel):
-    token: str
+@dataclass(frozen=True)
+class SubmitBody:
+    task: str
+    payload: dict[str, Any]
+    idempotency_key: Any = None
+    max_attempts: Any = None
 
 
 @dataclass
@@ -61,6 +69,7 @@ class ServerState:
     hub: Any = None
     streams: StreamLimiter = field(default_factory=lambda: StreamLimiter(1000))
     submits: SubmitBatcher | None = None
+    budget: ByteBudget = field(default_factory=ByteBudget)  # request bytes held at once
     bound_slots: int = 4  # request-bound tasks at once (`--concurrency`)
     bound: BoundExecutor = field(init=False)
 
@@ -77,7 +86,8 @@ class ServerState:
 
 
 def create_app(state: ServerState) -> FastAPI:
-    api = FastAPI(title="tasklab", version="0.1.0", docs_url=None, redoc_url=None)
+    # no open docs: the schema lists every task type, so it sits behind the token
+    api = FastAPI(title="tasklab", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     api.state.tasklab = state
     state.streams = StreamLimiter(state.max_streams)
     state.metrics = state.metrics or Metrics(state.app, state.webhooks)
@@ -86,6 +96,11 @@ def create_app(state: ServerState) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(_auth(state))])
     _task_routes(protected, state)
     api.include_router(protected)
+
+    @api.get("/openapi.json", include_in_schema=False, dependencies=[Depends(_auth(state))])
+    async def openapi() -> JSONResponse:
+        return JSONResponse(api.openapi())
+
     _open_routes(api, state)
     from tasklab.edges.dashboard.routes import mount_dashboard
 
@@ -126,36 +141,50 @@ def _auth(state: ServerState) -> Callable[[Request], Awaitable[None]]:
         if state.token is None:
             return
         header = request.headers.get("authorization", "")
-        if header.lower().startswith("bearer ") and hmac.compare_digest(
-            header[7:].strip().encode(), state.token.encode()
-        ):
+        if header.lower().startswith("bearer ") and secret_matches(header[7:].strip(), state.token):
             return
         cookie = request.cookies.get("tasklab_session", "")
-        if cookie and hmac.compare_digest(cookie, state.session_value()):
+        if cookie and secret_matches(cookie, state.session_value()):
             return
         raise HTTPError(401, "unauthorized", "missing or wrong token")
 
     return check
 
 
-async def read_json(request: Request) -> Any:
-    """The request body as JSON, at most MAX_BODY bytes (413 beyond, nothing read on)."""
+async def read_json(request: Request, budget: ByteBudget) -> Any:
+    """The request body as JSON: `application/json` only (a cross-site form or a
+    `text/plain` "simple request" is refused before it is read), at most MAX_BODY
+    bytes (413 beyond, nothing read on), within the server's budget of bytes held at
+    once (503 beyond). A client that hangs up mid-body is a log line."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype != "application/json":
+        raise HTTPError(415, "unsupported_media_type", "the body must be application/json")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > MAX_BODY:
         raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
-        chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPError(422, "bad_request", f"body is not valid JSON: {exc}") from None
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
+            if not budget.take(len(chunk)):
+                raise HTTPError(503, "server_busy", "too many request bytes held; try again")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        log.info("%s %s: the client hung up mid-body", request.method, request.url.path)
+        raise HTTPError(400, "client_disconnected", "the body ended early") from None
+    finally:
+        budget.give(sum(len(c) for c in chunks))
+    try:
+        return loads(b"".join(chunks))
+    except NotJSON as exc:
+        raise HTTPError(422, "bad_request", f"body is {exc}") from None
 
 
 def parse_submit(doc: Any, request: Request) -> SubmitBody:
+    """The submit envelope; field types are checked where the values are used
+    (`TaskApp.prepare`), with messages that never echo the input."""
     if not isinstance(doc, dict):
         raise HTTPError(422, "bad_request", "body must be a JSON object")
     if "task" not in doc or not isinstance(doc["task"], str):
@@ -163,22 +192,22 @@ def parse_submit(doc: Any, request: Request) -> SubmitBody:
     payload = doc.get("payload", {})
     if not isinstance(payload, dict):
         raise HTTPError(422, "invalid_payload", "payload must be a JSON object")
-    key = doc.get("idempotency_key") or request.headers.get("idempotency-key")
-    return SubmitBody(
-        task=doc["task"], payload=payload, idempotency_key=key, max_attempts=doc.get("max_attempts")
-    )
+    key = doc.get("idempotency_key")
+    if key is None:
+        key = request.headers.get("idempotency-key")
+    return SubmitBody(doc["task"], payload, key, doc.get("max_attempts"))
 
 
 _SUBMIT_DOC = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": SubmitBody.model_json_schema()}},
+        "content": {"application/json": {"schema": SubmitSchema.model_json_schema()}},
     }
 }
 
 
 async def submit_response(state: ServerState, request: Request) -> JSONResponse:
-    body = parse_submit(await read_json(request), request)
+    body = parse_submit(await read_json(request, state.budget), request)
     if state.closing.is_set():
         raise HTTPError(503, "shutting_down", "the server is shutting down")
     assert state.submits is not None
@@ -213,8 +242,8 @@ class SubmitFastPath:
             response = error_response(exc.status, exc.code, exc.message)
         except TasklabError as exc:
             response = from_tasklab(exc)
-        except Exception:
-            log.exception("POST /tasks failed")
+        except Exception as exc:  # one line: no traceback, no payload
+            log.error("POST /tasks failed: %s", type(exc).__name__)
             response = error_response(500, "internal", "internal server error")
         await response(scope, receive, send)
 
@@ -297,7 +326,7 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
     async def stream(request: Request) -> Response:
         from tasklab.edges.http.bound import start_bound
 
-        body = parse_submit(await read_json(request), request)
+        body = parse_submit(await read_json(request, state.budget), request)
         if state.closing.is_set():
             raise HTTPError(503, "shutting_down", "the server is shutting down")
         return await start_bound(state, body)
@@ -309,11 +338,11 @@ def _resume_point(request: Request, after: int | None) -> int:
     if value is None:
         return 0
     try:
-        point = int(value)
+        point = int(value) if not isinstance(value, str) or len(value) <= 20 else -1
     except (TypeError, ValueError):
         raise HTTPError(422, "bad_request", "Last-Event-ID / after must be an integer") from None
-    if point < 0:
-        raise HTTPError(422, "bad_request", "Last-Event-ID / after must be >= 0")
+    if not 0 <= point <= MAX_RESUME:
+        raise HTTPError(422, "bad_request", f"Last-Event-ID / after must be from 0 to {MAX_RESUME}")
     return point
 
 
@@ -330,13 +359,11 @@ def _open_routes(api: FastAPI, state: ServerState) -> None:
 
     @api.post("/ui/login")
     async def login(request: Request) -> JSONResponse:
-        doc = await read_json(request)
+        doc = await read_json(request, state.budget)
         token = doc.get("token") if isinstance(doc, dict) else None
         if state.token is None:
             return JSONResponse({"ok": True, "auth": False})
-        if not isinstance(token, str) or not hmac.compare_digest(
-            token.encode(), state.token.encode()
-        ):
+        if not secret_matches(token, state.token):
             raise HTTPError(401, "unauthorized", "wrong token")
         resp = JSONResponse({"ok": True, "auth": True})
         resp.set_cookie(

@@ -124,9 +124,7 @@ class RequestGuard:
         except Exception as exc:  # the last net: one line, no traceback, no payload
             log.error("%s %s failed: %s", scope["method"], scope["path"], type(exc).__name__)
             if not started:
-                await error_response(500, "internal", "internal server error")(
-                    scope, receive, send
-                )
+                await error_response(500, "internal", "internal server error")(scope, receive, send)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -84,4 +84,3 @@ def bounded_protocol(max_connections: int, header_timeout: float) -> type[HttpTo
                 self.transport.close()
 
     return BoundedHttpTools
-

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tasklab.core.jsontext import NotJSON, loads
+
 OPS = ("submit", "query", "cancel")
 
 
@@ -28,13 +30,9 @@ class Request:
 def parse(line: bytes) -> Request:
     """One request line → a Request, or BadRequest with a wire code."""
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("bad_request", "the line is not valid UTF-8") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadRequest("bad_request", f"the line is not valid JSON: {exc}") from None
+        doc = loads(line)
+    except NotJSON as exc:
+        raise BadRequest("bad_request", f"the line is {exc}") from None
     if not isinstance(doc, dict):
         raise BadRequest("bad_request", "a request is a JSON object")
     op = doc.get("op")

@@ -13,18 +13,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tasklab.app import TaskApp
+from tasklab.edges.budget import ByteBudget
+from tasklab.edges.http.protocol import LogOncePerSecond
 from tasklab.edges.jsonl import codec
 from tasklab.edges.submits import SubmitBatcher
+from tasklab.edges.tokens import secret_matches
 from tasklab.errors import TasklabError
 
 log = logging.getLogger("tasklab.jsonl")
 MAX_LINE = 1024 * 1024 + 4096
+MAX_CONNECTIONS = 512
+READ_CHUNK = 64 * 1024
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.frame = codec.error(code, message)
 
 
 class JsonLinesServer:
@@ -40,6 +50,8 @@ class JsonLinesServer:
         read_timeout: float = 10.0,
         on_cancelled: Callable[[int], None] | None = None,
         submits: SubmitBatcher | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.app = app
         self.db = db
@@ -49,6 +61,9 @@ class JsonLinesServer:
         self.max_line = max_line
         self.read_timeout = read_timeout
         self.on_cancelled = on_cancelled
+        self.max_connections = max_connections
+        self.budget = budget or ByteBudget()
+        self._refusals = LogOncePerSecond(log)
         self._closing = False
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -57,8 +72,10 @@ class JsonLinesServer:
         self.before_handle: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> JsonLinesServer:
+        # the stream's own buffer stays small: lines are read in chunks, counted
+        # against the line limit and the server's byte budget
         self._server = await asyncio.start_server(
-            self._handle, self.host, self.port, limit=self.max_line
+            self._handle, self.host, self.port, limit=2 * READ_CHUNK
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -72,6 +89,18 @@ class JsonLinesServer:
                 await self.before_handle()
             if self._closing:
                 return  # the gate is closed: not a byte is read
+            if len(self._handlers) > self.max_connections:
+                self._refusals.warning(
+                    "JSON-lines: refused a connection: %d are open", self.max_connections
+                )
+                writer.write(
+                    codec.error(
+                        "too_many_connections",
+                        f"{self.max_connections} connections are open; try again later",
+                    )
+                )
+                await writer.drain()
+                return
             writer.write(await self._respond(reader))
             await writer.drain()
             await self._linger(reader, writer)
@@ -101,21 +130,18 @@ class JsonLinesServer:
 
     async def _respond(self, reader: asyncio.StreamReader) -> bytes:
         try:
-            line = await asyncio.wait_for(reader.readline(), self.read_timeout)
+            line = await asyncio.wait_for(self._read_line(reader), self.read_timeout)
         except TimeoutError:
             return codec.error("read_timeout", f"no complete line within {self.read_timeout:g}s")
-        except (ValueError, asyncio.LimitOverrunError):
-            return codec.error("too_large", f"line longer than {self.max_line} bytes")
+        except _Refused as exc:
+            return exc.frame
         if not line.endswith(b"\n"):
             return codec.error("bad_request", "the connection closed before a full line")
         try:
             request = codec.parse(line.rstrip(b"\r\n"))
         except codec.BadRequest as exc:
             return codec.error(exc.code, str(exc))
-        if self.token is not None and not (
-            isinstance(request.token, str)
-            and hmac.compare_digest(request.token.encode(), self.token.encode())
-        ):
+        if self.token is not None and not secret_matches(request.token, self.token):
             return codec.error("unauthorized", "missing or wrong token")
         # No second look at the gate here: a handler that started before close() is
         # drained, and its complete request is answered (seed 000's normal case).
@@ -123,6 +149,30 @@ class JsonLinesServer:
             return await self._dispatch(request)
         except TasklabError as exc:
             return codec.error(exc.code, str(exc))
+        except Exception as exc:  # every frame gets an answer; the log gets one line
+            log.error("JSON-lines %s failed: %s", request.op, type(exc).__name__)
+            return codec.error("internal", "internal server error")
+
+    async def _read_line(self, reader: asyncio.StreamReader) -> bytes:
+        """Up to the first newline (or EOF), at most `max_line` bytes, holding no more
+        of the server's byte budget than this connection has sent."""
+        buf = bytearray()
+        try:
+            while True:
+                chunk = await reader.read(READ_CHUNK)
+                if not chunk:
+                    return bytes(buf)
+                if not self.budget.take(len(chunk)):
+                    raise _Refused("server_busy", "too many request bytes held; try again")
+                start = len(buf)
+                buf += chunk
+                newline = buf.find(b"\n", start)
+                if newline >= 0:
+                    return bytes(buf[: newline + 1])
+                if len(buf) > self.max_line:
+                    raise _Refused("too_large", f"line longer than {self.max_line} bytes")
+        finally:
+            self.budget.give(len(buf))
 
     async def _dispatch(self, request: codec.Request) -> bytes:
         doc, app = request.doc, self.app
