@@ -26,6 +26,23 @@ class Settings:
         return self.lease / 3
 
     @property
+    def local_lease(self) -> float:
+        """How long an execution trusts its lease without a confirmed renewal: 80 % of
+        the lease, counted from when the claiming or renewing statement was *sent* (by
+        this process's monotonic clock, so never later than the database's
+        `lease_until`). The other 20 % (6 s of the default 30) are the margin in which a
+        task told to stop reaches its next checkpoint before any other worker can
+        claim it: the reaper expires a lease only at `lease_until`, by the database's
+        clock."""
+        return self.lease * 0.8
+
+    @property
+    def lost_grace(self) -> float:
+        """Process runner: a child whose execution lost its lease is terminated after
+        this much (not the full process grace): inside the margin above."""
+        return min(self.process_grace, self.lease * 0.1)
+
+    @property
     def reap_every(self) -> float:
         return self.lease / 4
 

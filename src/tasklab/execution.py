@@ -45,6 +45,10 @@ class Execution:
         self.lost = False
         self.started = time.monotonic()
         self.last_beat = self.started
+        # The local lease deadline: past it without a confirmed renewal, the authority
+        # is treated as lost (a partition, a paused process) — see Settings.local_lease.
+        renewed = max(claim.sent_at or self.started, app.monitor.renewal_of(claim))
+        self.deadline = renewed + app.settings.local_lease
         self._buf: list[list[Any]] = [["attempt", {"attempt": claim.attempt}]]
         self._buf_bytes = 0
         self._buf_since: float | None = self.started
@@ -60,10 +64,25 @@ class Execution:
 
     # ---- the port ------------------------------------------------------------------
     def cancel_requested(self) -> bool:
-        return self.cancel_flag.is_set() or self.lost
+        if self.cancel_flag.is_set() or self.lost:
+            return True
+        # checked here too, not only by the monitor: a process resumed after a pause
+        # must not pass one more checkpoint before it knows its lease is gone
+        return self.past_deadline(time.monotonic())
 
     def wait_cancel(self, timeout: float) -> bool:
-        return self.cancel_flag.wait(timeout) or self.lost
+        left = self.deadline - time.monotonic()
+        return self.cancel_flag.wait(max(0.0, min(timeout, left))) or self.cancel_requested()
+
+    def past_deadline(self, now: float) -> bool:
+        """True (and the authority lost) once the local lease deadline has passed."""
+        if now < self.deadline or self.lost:
+            return self.lost
+        self.lost = True  # nothing more is published by this execution
+        self.request_stop(None)
+        # counted off this thread: the database may be what cannot be reached
+        self.app.monitor.in_background(self.app.count, "lease_deadline_stops")
+        return True
 
     def request_stop(self, reason: CancelReason | None) -> None:
         if self.cancel_reason is None:
@@ -188,14 +207,17 @@ class Execution:
     def beat(self) -> None:
         if self.lost:
             return
-        self.last_beat = time.monotonic()
+        sent = self.last_beat = time.monotonic()
         try:
             state = self.store.heartbeat(self.claim, self.app.settings.lease)
         except TasklabError:
-            return  # a failed renewal is retried next time; the lease decides
+            return  # a failed renewal is retried next time; the deadline decides
         if state is None:
             self._lose()
-        elif state is State.CANCEL_REQUESTED:
+            return
+        # renewed: the database's lease runs from after `sent`, so this is safe
+        self.deadline = max(self.deadline, sent + self.app.settings.local_lease)
+        if state is State.CANCEL_REQUESTED:
             self.request_stop(None)
 
     def _fenced(self, write: Any, *args: Any) -> Any:

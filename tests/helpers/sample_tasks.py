@@ -338,3 +338,37 @@ def ticker(ctx: Any, dir: str, seconds: float = 4.0) -> int:
         ctx.checkpoint()
         time.sleep(0.05)
     return ticks
+
+
+def _tick(dir: str, attempt: int) -> None:
+    with (Path(dir) / "ledger").open("a") as fh:
+        fh.write(f"{attempt} {os.getpid()} {time.time():.6f}\n")
+
+
+@app.task(name="t.ledger", retry_safe=True, max_attempts=3)
+def ledger(ctx: Any, dir: str, seconds: float, first: float = 0.0) -> dict[str, int]:
+    """Ticks a ledger every 0.2 s for `seconds` (`first` on the first attempt, if
+    given), a side effect each, checkpointing before every tick: each tick is a
+    checkpoint passed."""
+    end = time.monotonic() + (first if first and ctx.attempt == 1 else seconds)
+    ticks = 0
+    while time.monotonic() < end:
+        ctx.checkpoint()
+        _tick(dir, ctx.attempt)
+        ticks += 1
+        time.sleep(0.2)
+    return {"attempt": ctx.attempt, "ticks": ticks}
+
+
+@app.task(name="t.ledger_async", retry_safe=True, max_attempts=3)
+async def ledger_async(ctx: Any, dir: str, seconds: float, first: float = 0.0) -> dict[str, int]:
+    import asyncio
+
+    end = time.monotonic() + (first if first and ctx.attempt == 1 else seconds)
+    ticks = 0
+    while time.monotonic() < end:
+        await ctx.checkpoint()
+        _tick(dir, ctx.attempt)
+        ticks += 1
+        await asyncio.sleep(0.2)
+    return {"attempt": ctx.attempt, "ticks": ticks}

@@ -127,6 +127,9 @@ class Claim:
     max_attempts: int
     owner: str
     cancel_requested: bool = False
+    # this process's monotonic clock when the claiming statement was sent: the lease
+    # cannot have started earlier, so the local lease deadline counts from here
+    sent_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -47,12 +48,15 @@ class ChildPort:
         self.data_dir = msg.get("data_dir")
         self._cancel = cancel
         self._replies = replies
+        self.deadline = float(msg.get("deadline") or "inf")
 
     def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
+        # the local lease deadline too: the parent may be paused (SIGSTOP, a frozen VM)
+        return self._cancel.is_set() or time.monotonic() >= self.deadline
 
     def wait_cancel(self, timeout: float) -> bool:
-        return self._cancel.wait(timeout)
+        left = self.deadline - time.monotonic()
+        return self._cancel.wait(max(0.0, min(timeout, left))) or self.cancel_requested()
 
     def add_event(self, etype: str, data: Any) -> None:
         _send(self._conn, {"op": "event", "type": etype, "data": data})
@@ -112,13 +116,8 @@ def _resolve(qualified: str) -> Any:
     return obj
 
 
-def _run(
-    conn: Connection,
-    msg: dict[str, Any],
-    cancel: threading.Event,
-    replies: queue.Queue[dict[str, Any]],
-) -> dict[str, Any]:
-    ctx = TaskContext(ChildPort(conn, msg, cancel, replies))
+def _run(port: ChildPort, msg: dict[str, Any]) -> dict[str, Any]:
+    ctx = TaskContext(port)
     try:
         fn = _resolve(msg["fn"])
         if asyncio.iscoroutinefunction(fn):
@@ -168,6 +167,7 @@ def main(conn: Connection, parent: int | None = None) -> None:
     runs: queue.Queue[dict[str, Any] | None] = queue.Queue()
     replies: queue.Queue[dict[str, Any]] = queue.Queue()
     cancel = threading.Event()
+    current: list[ChildPort] = []
 
     def reader() -> None:
         try:
@@ -175,6 +175,9 @@ def main(conn: Connection, parent: int | None = None) -> None:
                 msg = json.loads(conn.recv_bytes())
                 if msg["op"] == "cancel":
                     cancel.set()
+                elif msg["op"] == "lease":
+                    for port in current:
+                        port.deadline = float(msg["deadline"])
                 elif msg["op"] == "reply":
                     replies.put(msg)
                 elif msg["op"] == "run":
@@ -190,7 +193,9 @@ def main(conn: Connection, parent: int | None = None) -> None:
     threading.Thread(target=reader, name="tasklab-child-reader", daemon=True).start()
     while (msg := runs.get()) is not None:
         cancel.clear()
-        _send(conn, _run(conn, msg, cancel, replies))
+        port = ChildPort(conn, msg, cancel, replies)
+        current[:] = [port]
+        _send(conn, _run(port, msg))
 
 
 if __name__ == "__main__":

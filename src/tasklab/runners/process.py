@@ -187,6 +187,7 @@ class ProcessTaskRunner(BaseRunner):
             "attempt": ex.attempt,
             "payload": ex.claim.payload,
             "data_dir": _str(ex.data_dir),
+            "deadline": ex.deadline,  # monotonic clocks are one clock on one machine
         }
         child = self._child()
         try:
@@ -196,11 +197,17 @@ class ProcessTaskRunner(BaseRunner):
             child = self._child()
             child.send(run)
         cancel_sent: float | None = None
-        grace = self.app.settings.process_grace
+        settings = self.app.settings
+        told = ex.deadline
         while True:
+            if ex.deadline != told:  # renewed: the child checks the deadline itself,
+                told = ex.deadline  # so that it stops even while we are paused
+                child.send({"op": "lease", "deadline": told})
             if cancel_sent is None and ex.cancel_requested():
                 child.send({"op": "cancel"})
                 cancel_sent = time.monotonic()
+            # lost authority (a partition, a pause): inside the lease's margin
+            grace = settings.lost_grace if ex.lost else settings.process_grace
             if cancel_sent is not None and time.monotonic() - cancel_sent > grace:
                 self._replace_child()
                 self.terminated += 1

@@ -195,8 +195,11 @@ class Worker:
         outcome_unknown. A claim whose renewal is refused is dropped unstarted."""
         for fut, work in self.runner.in_flight():
             if isinstance(work, Claim) and not fut.running() and not fut.done():
+                sent = time.monotonic()
                 if self.app.store.heartbeat(work, self.app.settings.lease) is None:
                     fut.cancel()
+                else:  # its execution's local lease deadline counts from here
+                    self.app.monitor.note_renewal(work, sent)
 
     def _claim_some(self, free: int) -> int:
         if free <= 0:

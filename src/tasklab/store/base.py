@@ -171,4 +171,5 @@ def counter_names() -> Iterator[str]:
         "delivery_failures",
         "tasks_pruned",
         "lost_claims_released",
+        "lease_deadline_stops",
     )

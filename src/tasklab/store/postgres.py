@@ -43,6 +43,17 @@ class PostgresStore(SqlStore):
         self.q = queries.load("postgres", pyformat=True)
         self._conninfo = url
         self._options = f"-c statement_timeout={statement_timeout_ms}"
+        # A silent network (no RST) must be noticed in seconds, not when TCP gives up:
+        # unacknowledged data fails after tcp_user_timeout, an idle wait for an answer
+        # is probed by keepalives. (statement_timeout is the server's, useless then.)
+        self._net = {
+            "keepalives": 1,
+            "keepalives_idle": 2,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 5000,
+            "connect_timeout": 5,
+        }
         try:
             self._pool = ConnectionPool(
                 url,
@@ -50,7 +61,12 @@ class PostgresStore(SqlStore):
                 max_size=max_size,
                 open=True,
                 timeout=10,
-                kwargs={"autocommit": True, "row_factory": dict_row, "options": self._options},
+                kwargs={
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    "options": self._options,
+                    **self._net,
+                },
                 check=_not_hung_up,
             )
             self._pool.wait(timeout=10)
@@ -65,7 +81,11 @@ class PostgresStore(SqlStore):
 
     def _dedicated(self) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            self._conninfo, autocommit=True, row_factory=dict_row, options=self._options
+            self._conninfo,
+            autocommit=True,
+            row_factory=dict_row,
+            options=self._options,
+            **self._net,  # type: ignore[arg-type]
         )
 
     @contextmanager

@@ -220,7 +220,7 @@ class SqlStore(ABC):
             run_after=self._dt(row["run_after"]),
         )
 
-    def _claim(self, row: Row, owner: str) -> Claim:
+    def _claim(self, row: Row, owner: str, sent_at: float) -> Claim:
         return Claim(
             task_id=row["id"],
             task=row["task"],
@@ -229,6 +229,7 @@ class SqlStore(ABC):
             attempt=row["attempt"],
             max_attempts=row["max_attempts"],
             owner=owner,
+            sent_at=sent_at,
         )
 
     # ---- submitting and reading ----------------------------------------------------
@@ -323,12 +324,13 @@ class SqlStore(ABC):
     ) -> tuple[TaskSnapshot, bool, Claim | None]:
         """A request-bound task: created and claimed by its request in one transaction,
         so that no worker can take it in between (workers never claim such tasks)."""
+        sent = time.monotonic()
         with self._write() as conn:
             snap, created = self._insert(conn, item)
             claimed = self._one(conn, "claim_id", id=snap.id, owner=owner, lease=lease)
             if claimed is not None:
                 snap = self._snapshot(self._one(conn, "get_task", id=snap.id))
-        claim = self._claim(claimed, owner) if claimed is not None else None
+        claim = self._claim(claimed, owner, sent) if claimed is not None else None
         return snap, created, claim
 
     def get(self, task_id: str) -> TaskSnapshot:
@@ -402,9 +404,10 @@ class SqlStore(ABC):
         if not names or limit <= 0:
             return []
         request = ClaimRequest(names, limit, owner, lease)
+        sent = time.monotonic()
         rows = self._write_steps([("claim_next", self._claim_params(request))])[0]
         self.faults.check("claim_answer")
-        return [self._claim(r, owner) for r in rows]
+        return [self._claim(r, owner, sent) for r in rows]
 
     def _claim_params(self, r: ClaimRequest) -> dict[str, Any]:
         return {
@@ -415,10 +418,11 @@ class SqlStore(ABC):
         }
 
     def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
+        sent = time.monotonic()
         with self._write() as conn:
             row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=lease)
         self.faults.check("claim_answer")
-        return self._claim(row, owner) if row else None
+        return self._claim(row, owner, sent) if row else None
 
     def queued_ids(self, names: list[str], limit: int) -> list[str]:
         if not names:
@@ -484,12 +488,13 @@ class SqlStore(ABC):
     ) -> tuple[list[State | LeaseLost], list[Claim]]:
         """`finish_many`, and in the same transaction claim the next tasks for the slots
         these executions are about to free: one commit per cycle instead of two."""
+        sent = time.monotonic()
         with self._write() as conn:
             results = self._finish_in(conn, items)
             self.faults.check("finish")
             rows = self._all(conn, "claim_next", **self._claim_params(refill)) if refill else []
         self.faults.check("finish_answer")
-        return results, [self._claim(r, refill.owner) for r in rows] if refill else []
+        return results, [self._claim(r, refill.owner, sent) for r in rows] if refill else []
 
     def _finish_in(
         self, conn: Any, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
@@ -632,7 +637,7 @@ class SqlStore(ABC):
             row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=3600.0)
             if row is None:
                 return None
-            claim = self._claim(row, owner)
+            claim = self._claim(row, owner, time.monotonic())  # no lease to keep: one transaction
             port = _TxPort(self, conn, claim)
             self._x(conn, "savepoint_body")
             outcome = body(port, claim)
