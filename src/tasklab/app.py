@@ -1,6 +1,6 @@
 """`TaskApp`: the registry, the store, the monitor and the runners, wired together.
 
-This is the Python API of SPEC §4. Every method that changes state is one short
+This is the Python API (docs/design.md §5). Every method that changes state is one short
 conditional transaction in the store; nothing here holds a transaction across user
 code except `transactional=True` tasks, whose whole run is one transaction.
 """

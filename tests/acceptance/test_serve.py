@@ -7,7 +7,6 @@ import json
 import signal
 import socket
 import subprocess
-import time
 
 import httpx
 
@@ -102,29 +101,39 @@ def test_resume_against_a_second_server_process(store_url):
 
 
 def test_watch_url_resumes_after_the_server_restarts(store_url):
+    """The task runs in a worker of its own and goes on while the server restarts; the
+    watcher reconnects and resumes: every token once, and the task's success (exit 0 —
+    a watcher that never resumed could not see it)."""
+    from tests.acceptance.test_sigkill import Worker
+    from tests.conftest import make_app, wait_for
+
     port = free_port()
-    server = Serve(store_url, port=port)
+    server = Serve(store_url, "--no-worker", port=port)
     text = " ".join(f"w{i}" for i in range(60))
-    tid = httpx.post(
-        f"{server.http}/tasks",
-        json={"task": "stream_text", "payload": {"text": text, "tokens_per_second": 30}},
-    ).json()["id"]
-    watcher = subprocess.Popen(
-        [*TASKLAB, "watch", tid, "--url", server.http],
-        cwd=ROOT,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(0.8)
-    assert server.stop()[0] == 0  # the stream ends; the task is left to its lease
-    server = Serve(store_url, port=port)
-    try:
-        out, err = watcher.communicate(timeout=60)
-    finally:
-        server.stop()
-    assert watcher.returncode in (0, 3), err
+    reader = make_app(store_url)
+    with Worker(store_url):
+        tid = httpx.post(
+            f"{server.http}/tasks",
+            json={"task": "stream_text", "payload": {"text": text, "tokens_per_second": 30}},
+        ).json()["id"]
+        watcher = subprocess.Popen(
+            [*TASKLAB, "watch", tid, "--url", server.http],
+            cwd=ROOT,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: len(reader.events(tid)) >= 5)  # streaming, and being watched
+        assert server.stop()[0] == 0  # the stream ends; the task goes on in the worker
+        assert not reader.query(tid).terminal
+        server = Serve(store_url, "--no-worker", port=port)
+        try:
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            server.stop()
+            reader.close()
+    assert watcher.returncode == 0, err
     streamed = out.split("\nsucceeded")[0].split("\ncancelled")[0]
     # every token the task streamed was shown once, across the two connections
     shown = streamed.replace("— attempt 1 began —", "").split()

@@ -1,6 +1,8 @@
-"""Random sequences of store operations keep the invariants of SPEC §1: terminal states
-never change, success is never overwritten, a stale epoch never writes, `seq` is
-gapless, and every terminal task has exactly one notification."""
+"""Random sequences of store operations keep the invariants of docs/design.md: terminal
+states never change, success is never overwritten, a write is accepted exactly when its
+claim holds the authority (its epoch is the task's latest, the state is live, the
+lease unexpired by the database clock), `seq` is gapless, and every terminal task has
+exactly one notification."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.reader = open_store(self.store_url)
         self.ids: list[str] = []
         self.claims: list = []  # every claim ever made, stale ones included
+        self.latest: dict[str, int] = {}  # each task's newest epoch (claims are all ours)
         self.terminal: dict[str, tuple] = {}
         self.succeeded: dict[str, object] = {}
         self.n = 0
@@ -43,8 +46,37 @@ class StoreMachine(RuleBasedStateMachine):
         self.ids.append(snap.id)
 
     @rule(lease=st.sampled_from([0.05, 30.0]))
-    def claim(self, lease: float) -> None:
-        self.claims += self.store.claim(["t.echo"], 2, "w", lease)
+    def claim(self, lease: float, limit: int = 2) -> None:
+        made = self.store.claim(["t.echo"], limit, "w", lease)
+        for c in made:
+            assert c.epoch > self.latest.get(c.task_id, 0)  # the epoch only grows
+            self.latest[c.task_id] = c.epoch
+        self.claims += made
+
+    def authority(self, claim) -> bool | None:  # type: ignore[no-untyped-def]
+        """Whether a write by `claim` must be accepted now (the model), or None when its
+        lease ends too close to now to tell."""
+        snap = self.reader.get(claim.task_id)
+        now = self.reader.now()
+        if snap.lease_until is not None and abs((snap.lease_until - now).total_seconds()) < 0.03:
+            return None
+        return (
+            claim.epoch == self.latest[claim.task_id]
+            and snap.state in (State.RUNNING, State.CANCEL_REQUESTED)
+            and snap.lease_until is not None
+            and snap.lease_until > now
+        )
+
+    @rule()
+    def reassign(self) -> None:
+        """A claim whose lease ran out, reaped and claimed again: the old claim is
+        stale while the new one is live — the case fencing exists for."""
+        self.submit(retry_safe=True, max_attempts=3)
+        for lease in (0.05, 30.0):
+            self.claim(lease, limit=50)  # whatever is runnable, the new task among them
+            if lease < 1:
+                time.sleep(0.06)
+                self.store.expire(Backoff(base=0.0, jitter=0.0))
 
     @rule(i=st.integers(0, 50))
     def cancel(self, i: int) -> None:
@@ -54,17 +86,26 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 50))
     def heartbeat(self, i: int) -> None:
         if self.claims:
-            self.store.heartbeat(self.claims[i % len(self.claims)], 30.0)
+            claim = self.claims[i % len(self.claims)]
+            expected = self.authority(claim)
+            accepted = self.store.heartbeat(claim, 30.0) is not None
+            assert expected is None or accepted == expected, (claim, expected)
 
     @rule(i=st.integers(0, 50))
     def emit(self, i: int) -> None:
         if self.claims:
             claim = self.claims[i % len(self.claims)]
             before = self.reader.events(claim.task_id)
+            expected = self.authority(claim)
             try:
                 self.store.append_events(claim, [("progress", i)])
+                accepted = True
             except LeaseLost:  # a stale claim: nothing may have been written
                 assert self.reader.events(claim.task_id) == before
+                accepted = False
+            assert expected is None or accepted == expected, (claim, expected)
+            if accepted:
+                assert self.reader.events(claim.task_id)[-1].data == i
 
     @rule(i=st.integers(0, 50), kind=st.sampled_from(["return", "fail", "cancel", "retry"]))
     def finish(self, i: int, kind: str) -> None:
@@ -72,6 +113,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         c = self.claims[i % len(self.claims)]
         before = self.reader.get(c.task_id)
+        expected = self.authority(c)
         outcome = {
             "return": Outcome.returned({"by_epoch": c.epoch}),
             "fail": Outcome.failed(ErrorCode.TASK_ERROR, "x"),
@@ -83,9 +125,13 @@ class StoreMachine(RuleBasedStateMachine):
         except LeaseLost:
             after = self.reader.get(c.task_id)
             assert after == before  # a rejected write changes nothing
+            assert expected is not True, f"a write with the authority was refused: {c}"
             return
-        # an accepted write had the authority: the current epoch, a live state
-        assert before.state in (State.RUNNING, State.CANCEL_REQUESTED)
+        # accepted: exactly when the model says the claim had the authority
+        assert expected is not False, f"a write without the authority was accepted: {c}"
+        after = self.reader.get(c.task_id)
+        if after.state is State.SUCCEEDED:  # and what it wrote is that claim's
+            assert after.result == {"by_epoch": c.epoch}
 
     @rule()
     def expire(self) -> None:

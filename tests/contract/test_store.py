@@ -198,7 +198,7 @@ def test_return_while_cancel_requested_ends_cancelled_without_result(store, read
 
 
 def test_old_worker_after_reassignment_is_fenced_out(store, reader):
-    """SPEC §6: an old worker returning after its lease was reassigned has its state
+    """docs/design.md §6: an old worker returning after its lease was reassigned has its state
     and event writes rejected; the new attempt's result stands."""
     ((snap, _),) = store.submit([new(retry_safe=True, max_attempts=3)])
     old = claim_one(store, lease=1.0, owner="old")
@@ -214,6 +214,10 @@ def test_old_worker_after_reassignment_is_fenced_out(store, reader):
     assert store.heartbeat(old, 5.0) is None
     with pytest.raises(LeaseLost):
         store.effect_start(old, "charge")
+    store.effect_start(new_claim, "charge")
+    with pytest.raises(LeaseLost):  # the old claim cannot mark the new attempt's effect
+        store.effect_done(old, "charge", {"by": "old"})
+    assert reader.effect_get(snap.id, "charge").status == "started"
     assert store.finish(new_claim, Outcome.returned("new result"), []) is State.SUCCEEDED
     got = reader.get(snap.id)
     assert got.result == "new result"
@@ -222,13 +226,23 @@ def test_old_worker_after_reassignment_is_fenced_out(store, reader):
     assert reader.counters()["expired_leases"] == 1
 
 
-def test_expired_lease_rejects_writes_even_before_reaping(store):
-    store.submit([new()])
+def test_expired_lease_rejects_writes_even_before_reaping(store, reader):
+    ((snap, _),) = store.submit([new()])
     c = claim_one(store, lease=1.0)
-    time.sleep(1.2)
+    store.effect_start(c, "charge")
+    time.sleep(1.2)  # expired by the database clock; no reaper has run
+    with pytest.raises(LeaseLost):
+        store.append_events(c, [("progress", {"late": True})])
+    with pytest.raises(LeaseLost):
+        store.effect_done(c, "charge", {"late": True})
     with pytest.raises(LeaseLost):
         store.finish(c, Outcome.returned(1), [])
     assert store.heartbeat(c, 5.0) is None
+    # nothing of it was written: still running (for the reaper), no event, effect open
+    got = reader.get(snap.id)
+    assert got.state is State.RUNNING and got.result is None
+    assert reader.events(snap.id) == []
+    assert reader.effect_get(snap.id, "charge").status == "started"
 
 
 def test_heartbeat_extends_and_reports_cancel(store, reader):

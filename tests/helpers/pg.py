@@ -1,4 +1,4 @@
-"""Finding a PostgreSQL server for the tests (DEVELOPERS.md): `TASKLAB_TEST_PG`, else
+"""Finding a PostgreSQL server for the tests: `TASKLAB_TEST_PG`, else
 127.0.0.1:5432 database `test`, else a throwaway cluster from local binaries (run as
 the `postgres` user: initdb refuses root), else none. Each test gets its own database:
 LISTEN channels and advisory locks are not scoped to a schema."""

@@ -79,15 +79,20 @@ def boom(ctx: Any, message: str = "boom") -> None:
     raise RuntimeError(message)
 
 
+swallowed: dict[str, int] = {}
+
+
 @app.task(name="t.swallow")
 def swallow(ctx: Any, name: str) -> str:
     """Catches Exception around checkpoint(): Cancelled is a BaseException, so it
-    still stops the task."""
+    still stops the task. Had it been caught, `swallowed[name]` counts it: the task
+    went on."""
     started(name).set()
     for _ in range(3000):
         try:
             ctx.checkpoint()
         except Exception:
+            swallowed[name] = swallowed.get(name, 0) + 1
             continue
         time.sleep(0.005)
     return "never cancelled"
@@ -287,6 +292,7 @@ async def async_swallow(ctx: Any, dir: str) -> str:
     try:
         await asyncio.sleep(60)
     except Exception:
+        (Path(dir) / "swallowed").touch()  # it went on: the test fails on this file
         return "swallowed"
     return "slept"
 
@@ -372,3 +378,24 @@ async def ledger_async(ctx: Any, dir: str, seconds: float, first: float = 0.0) -
         ticks += 1
         await asyncio.sleep(0.2)
     return {"attempt": ctx.attempt, "ticks": ticks}
+
+
+emitter_end: dict[str, str] = {}
+
+
+@app.task(name="t.emitter", retry_safe=True, max_attempts=3)
+def emitter(ctx: Any, name: str) -> int:
+    """Emits a progress event every 10 ms, checkpointing before each; records how it
+    ended (the exception's name, or "returned")."""
+    i = 0
+    try:
+        while i < 3000:
+            ctx.checkpoint()
+            ctx.emit({"i": i})
+            i += 1
+            time.sleep(0.01)
+    except BaseException as exc:
+        emitter_end[name] = type(exc).__name__
+        raise
+    emitter_end[name] = "returned"
+    return i

@@ -7,6 +7,7 @@ import uuid
 
 from tasklab import State, ThreadTaskRunner
 from tests.conftest import wait_for
+from tests.helpers import sample_tasks
 from tests.helpers.sample_tasks import started
 
 
@@ -28,6 +29,9 @@ def test_catching_exception_around_checkpoint_does_not_swallow_cancel(app):
         snap = fut.result(timeout=10)
     assert snap.state is State.CANCELLED and snap.result is None
     assert snap.cancel_reason.value == "user"
+    # the task did not go on: if `except Exception` had caught Cancelled, it would have
+    # looped on and returned — and a return under cancel_requested is `cancelled` too
+    assert sample_tasks.swallowed.get(name, 0) == 0
 
 
 def test_cancel_after_success_is_not_accepted(app):

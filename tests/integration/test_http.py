@@ -248,7 +248,7 @@ def test_server_shutdown_ends_open_streams_cleanly_and_keeps_queued_tasks(app):
 
     t = threading.Thread(target=follow)
     t.start()
-    time.sleep(0.3)
+    wait_for(lambda: server.service.state.streams.open == 1)  # the stream is open
     report = server.stop()
     t.join(10)
     assert not t.is_alive()

@@ -72,7 +72,7 @@ def test_each_terminal_task_is_delivered_with_its_event_id(app, receiver):
 
 
 def test_delivery_record_fails_after_send_resend_has_the_same_event_id(app, receiver):
-    """SPEC §6: the receiver sees the same event twice and one logical notification."""
+    """docs/design.md §6: the receiver sees the same event twice and one logical notification."""
     tid = app.submit("t.echo", {"value": 1})
     app.run(tid)
     d = Dispatcher(app, [receiver.url])

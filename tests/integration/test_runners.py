@@ -176,6 +176,9 @@ def test_async_cancel_ends_cancelled_not_failed(app, tmp_path):
         snap = fut.result(timeout=10)
         assert runner.max_loop_lag < 0.25
     assert snap.state is State.CANCELLED and snap.error is None
+    # `except Exception` in the task did not catch the cancellation (it would have
+    # returned, and a return under cancel_requested is recorded `cancelled` too)
+    assert not (tmp_path / "swallowed").exists()
 
 
 def test_async_cancel_closes_the_upstream_generator_first(app, tmp_path):

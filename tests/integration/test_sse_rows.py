@@ -1,4 +1,4 @@
-"""The SSE rows of SPEC §6 (seed 003 §9), against a real store."""
+"""The SSE rows of docs/design.md §6 (seed 003 §9), against a real store."""
 
 from __future__ import annotations
 

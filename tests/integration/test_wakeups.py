@@ -38,8 +38,7 @@ def test_a_commit_in_another_process_rings_the_waiter(tmp_path: Path) -> None:
     # a safety-net poll far longer than the wait: only the doorbell can wake us in time
     store = SQLiteStore(db, watch_interval=60.0)
     try:
-        token = store.change_token()
-        time.sleep(0.2)  # the watcher has bound its doorbell
+        token = store.change_token()  # returns once the watcher has bound its doorbell
         assert len(list((tmp_path / "t.db.bells").iterdir())) == 1
         _submit_from_another_process(f"sqlite:///{db}")
         t0 = time.monotonic()
@@ -55,7 +54,6 @@ def test_a_writer_that_does_not_ring_is_caught_by_the_slow_check(tmp_path: Path)
     store = SQLiteStore(db, watch_interval=0.05)
     try:
         token = store.change_token()
-        time.sleep(0.2)
         with sqlite3.connect(db) as conn:  # like the sqlite3 shell: no doorbell
             conn.execute("INSERT INTO counters (name, value) VALUES ('external', 1)")
         assert store.wait_change(token, 10.0) != token

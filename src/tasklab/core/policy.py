@@ -38,7 +38,7 @@ OUTCOME_UNKNOWN_MESSAGE = (
 
 
 def expiry_outcome(task: Expired, backoff: Backoff) -> Outcome:
-    """What happens to a live task whose executor is gone (SPEC §1).
+    """What happens to a live task whose executor is gone (docs/design.md §1).
 
     Re-queued only when the task declared itself retry-safe, is not bound to a
     request, still has attempts left, and nobody asked it to stop. Otherwise the
@@ -113,7 +113,7 @@ class Settlement:
 
 
 def settle(current: State, outcome: Outcome) -> Settlement:
-    """Turn an attempt's outcome into the next state (SPEC §1), checked by the table.
+    """Turn an attempt's outcome into the next state (docs/design.md §1), checked by the table.
 
     The cancel check comes before the success commit: a task that returns while a
     cancel is pending ends `cancelled` and its result is not stored. A retry asked for

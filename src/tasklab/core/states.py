@@ -1,4 +1,4 @@
-"""The task state machine of SPEC §1, as data.
+"""The task state machine of docs/design.md §1, as data.
 
 Stores encode the same rules in their conditional SQL; this table is what tests and
 the in-process code consult, and what a reader should look at first.

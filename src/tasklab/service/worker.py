@@ -1,5 +1,5 @@
 """The worker: claims from the store into a runner, reaps expired leases, shuts down
-by the worker rule of SPEC §2.
+by the worker rule of docs/design.md §4.
 
 It never claims more than its runner's free slots — counting, with the thread runner,
 the slots of tasks whose terminal write is committing: that transaction claims their

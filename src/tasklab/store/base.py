@@ -113,7 +113,7 @@ class Store(Protocol):
 
 
 class Faults:
-    """Fault injection for tests, without mocking the store (SPEC §3 "Test hooks").
+    """Fault injection for tests, without mocking the store (docs/design.md §6).
 
     `store.faults.arm("finish")` makes the next terminal write raise `StoreError`
     before it commits; `arm("finish", times=3)` the next three; `lost=True` raises
@@ -162,7 +162,8 @@ class Faults:
 
 
 def counter_names() -> Iterator[str]:
-    """The counters every store keeps: recovery health (SPEC §3), deliveries, retention."""
+    """The counters every store keeps: recovery health (docs/design.md §3), deliveries,
+    retention."""
     yield from (
         "expired_leases",
         "rejected_stale_writes",

@@ -72,6 +72,7 @@ class SQLiteStore(SqlStore):
         self._signal = ChangeSignal()
         self._doorbell = Doorbell(self.path)
         self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()  # the watcher has bound its doorbell
         self._closed = threading.Event()
         self._gate = ClosingGate()
         self._write_lock = _process_write_lock(self.path)  # resolved once, not per write
@@ -217,6 +218,9 @@ class SQLiteStore(SqlStore):
                         target=self._watch, name="tasklab-sqlite-watch", daemon=True
                     )
                     self._watcher.start()
+        # A token handed out before the doorbell is bound could miss another process's
+        # commit made in between (no ring would reach us): wait for the watcher.
+        self._watching.wait(5.0)
 
     def _watch(self) -> None:
         bell = self._doorbell.listen()
@@ -226,6 +230,7 @@ class SQLiteStore(SqlStore):
         trusted = trusted_uids(self.path)
         try:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._watching.set()
             next_check = time.monotonic() + interval
             while not self._closed.is_set():
                 if bell is None:
@@ -246,6 +251,7 @@ class SQLiteStore(SqlStore):
         except (sqlite3.Error, OSError):
             return  # the store was closed under us
         finally:
+            self._watching.set()  # never leave a waiter waiting for a watcher that died
             conn.close()
             self._doorbell.unlisten(bell)
 

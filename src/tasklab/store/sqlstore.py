@@ -631,7 +631,7 @@ class SqlStore(ABC):
     def run_transactional(
         self, task_id: str, owner: str, body: Callable[[Any, Claim], Outcome]
     ) -> State | None:
-        """Claim, run and settle in one transaction (SPEC §2 `transactional=True`).
+        """Claim, run and settle in one transaction (docs/design.md §2, `transactional=True`).
         A crash anywhere inside rolls everything back: the task is still queued."""
         with self._write() as conn:
             row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=3600.0)

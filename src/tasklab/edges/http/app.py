@@ -1,4 +1,4 @@
-"""The HTTP API of SPEC §4 (FastAPI for routing and OpenAPI; bodies parsed by hand so
+"""The HTTP API (docs/design.md §5) (FastAPI for routing and OpenAPI; bodies parsed by hand so
 that size limits, JSON errors and payload validation answer in one error shape)."""
 
 from __future__ import annotations
