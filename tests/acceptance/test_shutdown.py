@@ -106,7 +106,8 @@ def test_twenty_sigterms_of_a_process_worker_each_exit_zero(store_url, tmp_path)
         for r in range(rounds):
             d = tmp_path / f"w{i}-{r}"
             d.mkdir()
-            ids = [submit(url, "t.spin", {"dir": str(d)}) for _ in range(2)]
+            # never a checkpoint, and (unlike a spin) no CPU: 8 children on 2 cores
+            ids = [submit(url, "t.busy", {"seconds": 60}) for _ in range(2)]
             proc = start_worker(url, "process", 0, "--concurrency", "2")
             try:
                 wait_for(lambda: all(state(url, t) == "running" for t in ids), 30)  # noqa: B023

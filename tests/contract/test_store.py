@@ -440,3 +440,17 @@ def test_finish_and_claim_is_one_transaction(store, reader):
     store.release(claims[0])
     results, more = store.finish_and_claim([(claims[0], Outcome.returned(2), [])], request)
     assert isinstance(results[0], LeaseLost) and len(more) == 1
+
+
+def test_leases_run_on_the_database_clock_not_the_process_clock(store, reader, monkeypatch):
+    """A process clock an hour off changes nothing: lease_until is the database's now
+    plus the lease, and a fresh claim is not expired."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600.0)
+    ((snap, _),) = store.submit([new()])
+    c = claim_one(store, lease=5.0)
+    got = reader.get(snap.id)
+    ahead = (got.lease_until - reader.now()).total_seconds()
+    assert 4.0 < ahead <= 5.0, ahead
+    assert store.expire(Backoff(base=0.0, jitter=0.0)) == []  # not expired
+    assert store.heartbeat(c, 5.0) is State.RUNNING

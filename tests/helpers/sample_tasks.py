@@ -399,3 +399,12 @@ def emitter(ctx: Any, name: str) -> int:
         raise
     emitter_end[name] = "returned"
     return i
+
+
+@app.task(name="t.bad_emit")
+def bad_emit(ctx: Any, kind: str) -> str:
+    """Emits one good progress event, then one that is not JSON text."""
+    ctx.emit({"good": True})
+    bad: object = {"nan": float("nan"), "set": {1, 2}, "surrogate": "\ud800"}[kind]
+    ctx.emit(bad)  # type: ignore[arg-type]
+    return "emitted"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tasklab import State, ThreadTaskRunner
 from tests.conftest import wait_for
 from tests.helpers import sample_tasks
@@ -135,3 +137,11 @@ def test_worker_runs_transactional_tasks(app):
     with app.worker(concurrency=2):
         wait_for(lambda: all(app.query(t).state is State.SUCCEEDED for t in ids))
     assert [app.query(t).result for t in ids] == [0, 2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("kind", ["nan", "set", "surrogate"])
+def test_progress_data_that_is_not_json_fails_its_task_and_stores_nothing_of_it(app, kind):
+    snap = app.run(app.submit("t.bad_emit", {"kind": kind}))
+    assert snap.state is State.FAILED and snap.error.code == "task_error"
+    progress = [e.data for e in app.events(snap.id) if e.type == "progress"]
+    assert progress == [{"good": True}]  # the good one stands, the bad one is not stored

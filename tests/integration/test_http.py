@@ -311,3 +311,37 @@ def test_a_submit_whose_answer_was_lost_is_503_and_a_keyed_retry_finds_it(client
     assert retry.status_code == 200  # it was there: found, not made again
     page = client.get("/tasks").json()
     assert [item["id"] for item in page["items"]] == [retry.json()["id"]]
+
+
+def test_a_client_that_hangs_up_after_sending_still_gets_its_task(app, store_url):
+    """Over a real socket: the whole request is sent, the client closes before reading
+    the answer — the task is committed all the same (the answer is lost, not the task)."""
+    import socket
+
+    with ServiceThread(app, embed_worker=False) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        body = json.dumps({"task": "t.echo", "payload": {"value": "hung up"}}).encode()
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(
+                b"POST /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+        fresh = make_app(store_url)  # verify from a new connection
+        try:
+            (item,) = wait_for(lambda: fresh.list(limit=10).items)
+            assert fresh.query(item.id).payload == {"value": "hung up"}
+        finally:
+            fresh.close()
+
+
+def test_new_submissions_answer_503_while_the_server_shuts_down(app):
+    with (
+        ServiceThread(app, embed_worker=False) as server,
+        httpx.Client(base_url=server.url, timeout=10) as client,
+    ):
+        server.loop.call_soon_threadsafe(server.service.state.closing.set)
+        wait_for(lambda: client.get("/healthz").json()["closing"])
+        for path in ("/tasks", "/tasks/stream"):
+            r = client.post(path, json={"task": "t.echo", "payload": {"value": 1}})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down"
+        assert sum(app.counts().values()) == 0

@@ -4,6 +4,7 @@ the answer lost). Injected with the store's fault hook (`lost=True`, `finish_ans
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -87,6 +88,28 @@ def test_claims_whose_commit_answer_was_lost_are_given_back(app, point):
     for tid in ids:
         snap = app.query(tid)
         assert snap.state is State.SUCCEEDED and snap.attempt == snap.result == 1, snap
+    # exactly the lost call's claims went back: each was claimed once more (epoch 2),
+    # and no running claim was given back (its late writes would have been refused)
+    reclaimed = sum(epoch - 1 for epoch in epochs(app, ids).values())
+    counters = app.store.counters()
+    assert counters["lost_claims_released"] == reclaimed >= 1
+    # finish_answer: the lost terminal write is retried and meets its own commit, which
+    # the fence refuses once (counted; the committed state stands). Nothing else is.
+    assert counters["rejected_stale_writes"] == (1 if point == "finish_answer" else 0)
+    first, second = app.claim_owner(), app.claim_owner()  # an owner per claim call
+    assert first != second and re.fullmatch(rf"{re.escape(app.owner)}#\d+", first)
+
+
+def epochs(app, ids):  # type: ignore[no-untyped-def]
+    """Each task's epoch (not in the snapshot), read with the store's own SQL dialect."""
+    mark = "?" if app.db.startswith("sqlite") else "%s"
+    with app.store._read() as conn:
+        rows = [
+            conn.execute(f"SELECT epoch FROM tasks WHERE id = {mark}", (t,)).fetchone() for t in ids
+        ]
+    return {
+        t: int(r["epoch"] if isinstance(r, dict) else r[0]) for t, r in zip(ids, rows, strict=True)
+    }
 
 
 @pytest.mark.parametrize("runner", ["direct", "thread", "process", "async"])
@@ -128,6 +151,7 @@ def test_a_failed_event_flush_loses_no_chunk_and_writes_none_twice(app, point, l
     tid = app.submit("t.stream", {"parts": parts, "pause": 0.01})
     app.store.faults.arm(point, times=2, lost=lost)
     assert app.run(tid).state is State.SUCCEEDED
+    assert app.store.faults.fired.get(point) == 2  # both armed faults bit
     events = app.events(tid)
     assert "".join(e.data["text"] for e in events if e.type == "chunk") == "".join(parts)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))

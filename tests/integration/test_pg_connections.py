@@ -75,6 +75,10 @@ def test_a_worker_whose_sessions_are_killed_mid_drain_still_tells_the_truth(pg_u
             snap = reader.query(t)
             assert snap.state is State.SUCCEEDED
             assert snap.result == snap.attempt  # the result of the attempt that ended it
+        # handled on new sessions, not by the lease: the drain is shorter than a lease,
+        # and no task was re-run by the reaper
+        assert reader.store.counters()["expired_leases"] == 0
+        assert all(reader.query(t).attempt == 1 for t in ids)
     finally:
         reader.close()
 
@@ -107,4 +111,66 @@ def test_the_next_operations_after_killed_sessions_do_not_fail(pg_url, admin):
             assert app.query(tids[i % 3]).state is State.QUEUED
         assert app.submit("t.echo", {"value": 9})
     finally:
+        app.close()
+
+
+def _backend_running(admin: psycopg.Connection, pattern: str) -> list[int]:
+    rows = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid() AND query LIKE %s",
+        (pattern,),
+    ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def test_a_call_whose_session_is_killed_raises_session_lost(pg_url, admin):
+    """The psycopg → SessionLost mapping, hit by a real kill (not the fault hook)."""
+    import threading
+
+    from tasklab.errors import SessionLost
+
+    app = make_app(pg_url)
+    got: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with app.store._read() as conn:
+                conn.execute("SELECT pg_sleep(20)")
+        except BaseException as exc:
+            got.append(exc)
+
+    try:
+        t = threading.Thread(target=call)
+        t.start()
+        pids = wait_for(lambda: _backend_running(admin, "SELECT pg_sleep(20)%"), timeout=10)
+        _terminate(admin, pids)
+        t.join(10)
+        assert len(got) == 1 and isinstance(got[0], SessionLost), got
+        assert app.query(app.submit("t.echo", {"value": 1})).state is State.QUEUED  # next call fine
+    finally:
+        app.close()
+
+
+def test_the_listener_reconnects_and_wakes_waiters_again(pg_url, admin):
+    """Killing the LISTEN session must not leave waiters to their timeouts: the listener
+    reconnects and a commit elsewhere wakes a waiter at once again."""
+    import time
+
+    app, other = make_app(pg_url), make_app(pg_url)
+    try:
+        store = app.store
+        store.change_token()  # starts the listener
+        (first,) = wait_for(lambda: _backend_running(admin, "LISTEN%"), timeout=10)
+        _terminate(admin, [first])
+        wait_for(lambda: (p := _backend_running(admin, "LISTEN%")) and p != [first], timeout=10)
+        token = store.change_token()
+        time.sleep(0.1)  # let the reconnect's own wake-up pass
+        token = store.change_token()
+        t0 = time.monotonic()
+        other.submit("t.echo", {"value": 1})
+        assert store.wait_change(token, 10.0) != token
+        # a dead listener would leave this waiter to its 10 s timeout
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        other.close()
         app.close()

@@ -133,6 +133,7 @@ class Faults:
     def __init__(self) -> None:
         # point -> (writes left to fail, delay, raise SessionLost)
         self._armed: dict[str, tuple[int, float, bool]] = {}
+        self.fired: dict[str, int] = {}  # faults raised per point: a test can see it bit
         self._lock = threading.Lock()
         for item in filter(None, os.environ.get("TASKLAB_FAULTS", "").split(",")):
             point, _, times = item.partition(":")
@@ -156,6 +157,7 @@ class Faults:
                 return
             if left > 1:
                 self._armed[point] = (left - 1, delay, lost)
+            self.fired[point] = self.fired.get(point, 0) + 1
         if delay:
             time.sleep(delay)
         raise (SessionLost if lost else StoreError)(f"injected fault at {point!r}")
