@@ -15,18 +15,24 @@ from tasklab.store import open_store, postgres, sqlite
 
 NAMES = ["t.echo"]
 # the last schema each store had before its tables were slimmed
-PREVIOUS = {"sqlite": ["schema_1"], "postgres": ["schema_1", "schema_2"]}
+# the last schema each store had before its tables were slimmed, and the schema just
+# before the current one (each release's upgrade is the one users run)
+PREVIOUS = {
+    "sqlite": [sqlite.MIGRATIONS[:1], sqlite.MIGRATIONS[:-1]],
+    "postgres": [postgres.MIGRATIONS[:2], postgres.MIGRATIONS[:-1]],
+}
 
 
 def new(value, key=None):
     return NewTask("t.echo", {"value": value}, 1, False, key)
 
 
-def test_previous_schema_migrates_without_loss(store_url, monkeypatch):
+@pytest.mark.parametrize("which", [0, 1], ids=["before-slimming", "just-before-current"])
+def test_previous_schema_migrates_without_loss(store_url, monkeypatch, which):
     kind = "sqlite" if store_url.startswith("sqlite") else "postgres"
     module = sqlite if kind == "sqlite" else postgres
     current = list(module.MIGRATIONS)
-    monkeypatch.setattr(module, "MIGRATIONS", PREVIOUS[kind])
+    monkeypatch.setattr(module, "MIGRATIONS", PREVIOUS[kind][which])
     old = open_store(store_url)
     try:
         ((keyed, _),) = old.submit([new(1, key="k-1")])

@@ -32,7 +32,10 @@ def test_a_failed_group_commit_is_retried_one_by_one(store_url):
 
         first = threading.Thread(target=finish, args=(claims[0],))
         first.start()
-        time.sleep(0.1)
+        # the first write is inside its (hanging) fault before the others come
+        deadline = time.monotonic() + 10
+        while store.faults.fired.get("finish") != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
         rest = [threading.Thread(target=finish, args=(c,)) for c in claims[1:]]
         for t in rest:
             t.start()
@@ -43,6 +46,68 @@ def test_a_failed_group_commit_is_retried_one_by_one(store_url):
         assert reader.get(claims[0].task_id).state is State.RUNNING  # left to its lease
         assert [reader.get(c.task_id).state for c in claims[1:]] == [State.SUCCEEDED] * 3
         assert all(reader.outbox_for(c.task_id) for c in claims[1:])
+    finally:
+        store.close()
+        reader.close()
+
+
+def _refuse_success_of(store, task_id: str) -> None:  # type: ignore[no-untyped-def]
+    """A write that can never commit: the database itself refuses this task's success
+    (a trigger), on every try — not a transient fault."""
+    if store.url.startswith("sqlite"):
+        ddl = [
+            "CREATE TRIGGER never_succeeds BEFORE UPDATE OF state ON tasks "
+            f"WHEN NEW.id = '{task_id}' AND NEW.state = 'succeeded' "
+            "BEGIN SELECT RAISE(ABORT, 'this task cannot succeed'); END"
+        ]
+    else:
+        ddl = [
+            "CREATE FUNCTION never_succeeds() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "RAISE EXCEPTION 'this task cannot succeed'; END $$",
+            "CREATE TRIGGER never_succeeds BEFORE UPDATE OF state ON tasks FOR EACH ROW "
+            f"WHEN (NEW.id = '{task_id}' AND NEW.state = 'succeeded') "
+            "EXECUTE FUNCTION never_succeeds()",
+        ]
+    with store._write() as conn:
+        for stmt in ddl:
+            conn.execute(stmt)
+
+
+def test_a_write_that_can_never_commit_fails_only_itself(store_url):
+    store, reader = open_store(store_url), open_store(store_url)
+    try:
+        store.submit([NewTask("t.echo", {"value": i}, 1, False) for i in range(4)])
+        claims = store.claim(["t.echo"], 4, "w1", 30.0)
+        doomed = claims[1]
+        _refuse_success_of(store, doomed.task_id)
+        finisher = Finisher(store)
+        results: dict[str, object] = {}
+        # hold the first write so that the other three share one group commit
+        store.faults.arm("finish", times=1, delay=0.4)
+
+        def finish(claim):  # type: ignore[no-untyped-def]
+            try:
+                results[claim.task_id] = finisher.finish(claim, Outcome.returned(1), [])
+            except StoreError as exc:
+                results[claim.task_id] = exc
+
+        first = threading.Thread(target=finish, args=(claims[0],))
+        first.start()
+        deadline = time.monotonic() + 10
+        while store.faults.fired.get("finish") != 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        rest = [threading.Thread(target=finish, args=(c,)) for c in claims[1:]]
+        for t in rest:
+            t.start()
+        for t in [first, *rest]:
+            t.join(10)
+        assert isinstance(results[doomed.task_id], StoreError)
+        others = [c for c in claims[1:] if c is not doomed]
+        assert [results[c.task_id] for c in others] == [State.SUCCEEDED] * 2
+        # read from a new connection: the doomed task is left live for its lease, the
+        # others that shared its group commit are written
+        assert reader.get(doomed.task_id).state is State.RUNNING
+        assert [reader.get(c.task_id).state for c in others] == [State.SUCCEEDED] * 2
     finally:
         store.close()
         reader.close()

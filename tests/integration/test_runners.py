@@ -208,8 +208,8 @@ def test_async_terminal_write_past_its_deadline_leaves_the_task_recoverable(stor
         snap = fut.result(timeout=10)
         assert time.monotonic() - t0 < 0.9  # bounded by the finalization deadline
     assert snap.state is State.CANCEL_REQUESTED  # no fake state
-    time.sleep(1.3)  # heartbeats stopped: the lease runs out
-    app.store.expire(app.settings.backoff)
+    # heartbeats stopped: the lease runs out and the reaper settles it
+    wait_for(lambda: app.store.expire(app.settings.backoff) == [tid], timeout=10)
     final = app.query(tid)
     assert final.state is State.FAILED and final.error.code == "outcome_unknown"
     assert app.store.counters()["terminal_write_failures"] >= 1
