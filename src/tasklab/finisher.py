@@ -18,11 +18,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tasklab._types import PendingEvent
 from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
 from tasklab.errors import SessionLost
 from tasklab.retrying import retried
-from tasklab.store.base import PendingEvent, Store
+from tasklab.store.base import Store
 
 
 class Refiller(Protocol):

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
+from tasklab._types import JSON as JSON  # re-exported: the models speak JSON
 from tasklab.core.jsontext import dumps
 from tasklab.core.states import CancelReason, ErrorCode, State
-
-JSON = Any  # a value that json.dumps accepts; checked where it enters
 
 
 @dataclass(frozen=True, slots=True)

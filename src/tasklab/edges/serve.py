@@ -26,9 +26,10 @@ import uvicorn
 
 from tasklab.app import TaskApp
 from tasklab.core.states import CancelReason
-from tasklab.edges.http.app import ServerState, asgi_app
+from tasklab.edges.http.app import asgi_app
 from tasklab.edges.http.guard import RequestGuard
 from tasklab.edges.http.protocol import bounded_protocol
+from tasklab.edges.http.state import ServerState
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
 from tasklab.redact import redact

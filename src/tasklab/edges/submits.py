@@ -12,9 +12,8 @@ before its commit.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
+from tasklab._types import ToThread
 from tasklab.app import TaskApp
 from tasklab.core.models import TaskSnapshot
 from tasklab.errors import SessionLost
@@ -27,7 +26,7 @@ class SubmitBatcher:
     def __init__(
         self,
         app: TaskApp,
-        db: Callable[..., Awaitable[Any]],
+        db: ToThread,
         max_batch: int = 256,
     ) -> None:
         self.app = app

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from tasklab._types import PendingEvent
 from tasklab.core.models import (
     JSON,
     CancelOutcome,
@@ -32,7 +33,6 @@ from tasklab.core.policy import Backoff
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import LeaseLost, SessionLost, StoreError
 
-PendingEvent = tuple[str, JSON]  # (type, data)
 # What `Store.prune` deletes, table by table, in this order (deliveries are found
 # through the outbox, so before it).
 PRUNED = ("events", "effects", "deliveries", "outbox", "tasks")

@@ -29,7 +29,7 @@ from tasklab.store.sqlstore import SqlStore
 
 log = logging.getLogger("tasklab.postgres")
 
-MIGRATIONS = ["schema_1", "schema_2", "schema_3", "schema_4", "schema_5"]
+MIGRATIONS = queries.migrations("postgres")  # sql/postgres/migrations/, by name
 
 
 class PostgresStore(SqlStore):

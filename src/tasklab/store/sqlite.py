@@ -33,7 +33,7 @@ from tasklab.store.sqlstore import SqlStore
 
 _UNIX_EPOCH_JD = 2440587.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MIGRATIONS = ["schema_1", "schema_2", "schema_3"]
+MIGRATIONS = queries.migrations("sqlite")  # sql/sqlite/migrations/, by name
 
 
 _write_locks: dict[str, threading.Lock] = {}

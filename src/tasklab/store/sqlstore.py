@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
+from tasklab._types import PendingEvent, Row
 from tasklab.core.jsontext import dumps
 from tasklab.core.models import (
     JSON,
@@ -38,9 +39,7 @@ from tasklab.core.models import (
 from tasklab.core.policy import Backoff, Settlement, expiry_outcome, settle
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, LeaseLost, TaskNotFound
-from tasklab.store.base import PRUNED, Faults, PendingEvent
-
-Row = Any  # a mapping-like row (sqlite3.Row or a psycopg dict row)
+from tasklab.store.base import PRUNED, Faults
 
 
 class _TaskIds:

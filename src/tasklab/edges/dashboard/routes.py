@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 from tasklab.edges.http.errors import HTTPError
 
 if TYPE_CHECKING:
-    from tasklab.edges.http.app import ServerState
+    from tasklab.edges.http.state import ServerState
 
 ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
 

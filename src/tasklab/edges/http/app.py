@@ -1,16 +1,12 @@
-"""The HTTP API (docs/design.md §5) (FastAPI for routing and OpenAPI; bodies parsed by hand so
-that size limits, JSON errors and payload validation answer in one error shape)."""
+"""The HTTP API (docs/design.md §5): FastAPI for routing and OpenAPI; bodies parsed by
+hand so that size limits, JSON errors and payload validation answer in one error shape."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -19,11 +15,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from tasklab.app import TaskApp
 from tasklab.core.jsontext import NotJSON, loads
 from tasklab.edges.budget import ByteBudget
-from tasklab.edges.http.bound import BoundExecutor
 from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
+from tasklab.edges.http.state import ServerState, SubmitBody
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
 from tasklab.edges.submits import SubmitBatcher
 from tasklab.edges.tokens import secret_matches
@@ -43,46 +38,6 @@ class SubmitSchema(BaseModel):
     payload: dict[str, Any] = {}
     idempotency_key: str | None = None
     max_attempts: int | None = None
-
-
-@dataclass(frozen=True)
-class SubmitBody:
-    task: str
-    payload: dict[str, Any]
-    idempotency_key: Any = None
-    max_attempts: Any = None
-
-
-@dataclass
-class ServerState:
-    """Everything the handlers share; one per server process."""
-
-    app: TaskApp
-    token: str | None = None
-    max_streams: int = 1000
-    sse_heartbeat: float = 15.0
-    webhooks: list[str] = field(default_factory=list)
-    closing: asyncio.Event = field(default_factory=asyncio.Event)
-    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(32))
-    bound_tasks: dict[asyncio.Task[Any], str] = field(default_factory=dict)
-    metrics: Metrics | None = None
-    hub: Any = None
-    streams: StreamLimiter = field(default_factory=lambda: StreamLimiter(1000))
-    submits: SubmitBatcher | None = None
-    budget: ByteBudget = field(default_factory=ByteBudget)  # request bytes held at once
-    bound_slots: int = 4  # request-bound tasks at once (`--concurrency`)
-    bound: BoundExecutor = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.bound = BoundExecutor(self.bound_slots)
-
-    async def db(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Every sync database call from async code: in a thread, with a bound."""
-        return await anyio.to_thread.run_sync(lambda: fn(*args), limiter=self.limiter)
-
-    def session_value(self) -> str:
-        assert self.token is not None
-        return hashlib.sha256(b"tasklab-session:" + self.token.encode()).hexdigest()
 
 
 def create_app(state: ServerState) -> FastAPI:

@@ -31,7 +31,7 @@ from tasklab.edges.http.sse import relay, task_events
 from tasklab.edges.http.streaming import EventStreamResponse
 
 if TYPE_CHECKING:
-    from tasklab.edges.http.app import ServerState, SubmitBody
+    from tasklab.edges.http.state import ServerState, SubmitBody
 
 BOUND_PREFIX = "tasklab-bound"
 

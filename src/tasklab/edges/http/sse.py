@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
+from tasklab._types import ToThread
 from tasklab.app import TaskApp
 from tasklab.core.models import Event, TaskSnapshot
 from tasklab.edges.hub import ChangeHub
-
-Blocking = Callable[..., Awaitable[Any]]
 
 
 def format_event(event: Event) -> bytes:
@@ -37,7 +35,7 @@ HEARTBEAT = b": keep-alive\n\n"
 async def task_events(
     app: TaskApp,
     hub: ChangeHub,
-    to_thread: Blocking,
+    to_thread: ToThread,
     task_id: str,
     after: int,
     closing: asyncio.Event,

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tasklab._types import ToThread
 from tasklab.app import TaskApp
 from tasklab.edges.budget import ByteBudget
 from tasklab.edges.http.protocol import LogOncePerSecond
@@ -41,7 +42,7 @@ class JsonLinesServer:
     def __init__(
         self,
         app: TaskApp,
-        db: Callable[..., Awaitable[Any]],
+        db: ToThread,
         *,
         host: str = "127.0.0.1",
         port: int = 7411,

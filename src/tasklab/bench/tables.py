@@ -1,0 +1,79 @@
+"""The benchmarks' figures as tables (rich), for the CLI to print beside their
+conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from tasklab.redact import redact
+
+
+def queue_table(reports: list[Any]) -> Table:
+    """`tasklab bench queue`: a column per run."""
+    first = reports[0]
+    runs = len(reports)
+    table = Table(
+        "figure",
+        *(["value"] if runs == 1 else [f"run {i + 1}" for i in range(runs)]),
+        title=f"tasklab bench queue — {redact(first.db)}, N={first.n}",
+    )
+    columns = [_queue_figures(r) for r in reports]
+    for row, label in enumerate(label for label, _ in columns[0]):
+        table.add_row(label, *(col[row][1] for col in columns))
+    return table
+
+
+def _queue_figures(r: Any) -> list[tuple[str, str]]:
+    share = r.enqueue_one_per_s / max(r.single_commit_per_s, 1)
+    lat = r.latency_ms
+    return [
+        ("single commit (store)", f"{r.single_commit_per_s:,}/s"),
+        ("enqueue one at a time", f"{r.enqueue_one_per_s:,}/s ({share:.0%} of a commit)"),
+        ("enqueue submit_many", f"{r.enqueue_batch_per_s:,}/s"),
+        *((f"drain, concurrency {c}", f"{rate:,}/s") for c, rate in r.drain_per_s.items()),
+        ("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms"),
+        ("prune (terminal tasks)", f"{r.prune_per_s:,}/s"),
+    ]
+
+
+def runners_table(report: Any) -> Table:
+    table = Table(
+        "runner",
+        "workers",
+        "wall s",
+        "CPU s",
+        "speed-up",
+        "per-task overhead",
+        title=f"tasklab bench runners — {report.corpus_mb} MB, {report.files} "
+        f"tasks, median of {report.repeat}",
+    )
+    for f in report.figures:
+        table.add_row(
+            f.kind,
+            str(f.workers),
+            f"{f.wall_s:.2f}",
+            f"{f.cpu_s:.2f}",
+            f"{f.speedup:.2f}×",
+            f"{f.overhead_ms:.2f} ms" if f.overhead_ms else "",
+        )
+    return table
+
+
+def serve_table(report: Any) -> Table:
+    table = Table("figure", "value", title="tasklab bench serve")
+    table.add_row("HTTP submits", f"{report.http_submits_per_s:,}/s")
+    table.add_row("JSON-lines submits", f"{report.jsonl_submits_per_s:,}/s")
+    for subs, rate in report.sse_events_per_s.items():
+        table.add_row(f"SSE events delivered, {subs} subscriber(s)", f"{rate:,}/s")
+    table.add_row(
+        "resume (reconnect → first event)",
+        f"p50 {report.resume_ms['p50']} ms, max {report.resume_ms['max']} ms",
+    )
+    rss = report.rss_mb
+    table.add_row(
+        f"server RSS, {report.idle_subscribers} idle subscribers",
+        f"{rss['before']} → {rss['with_idle']} MB ({rss['per_stream_kb']} KB each)",
+    )
+    return table

@@ -1,0 +1,5 @@
+"""`python -m tasklab.edges.cli`."""
+
+from tasklab.edges.cli import main
+
+main()

@@ -1,0 +1,116 @@
+"""`tasklab bench queue|runners|serve`: numbers with their conditions."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tasklab.app import DEFAULT_DB
+from tasklab.edges.cli.common import (
+    AsJson,
+    Db,
+    PinCpu,
+    _guard,
+    cli,
+    err,
+    out,
+)
+
+
+def _print_report(table: Table, conditions: dict[str, Any]) -> None:
+    """A benchmark's figures, always with the conditions they were measured under."""
+    out.print(table)
+    out.print(json.dumps(conditions), highlight=False)
+
+
+bench = typer.Typer(help="Benchmarks: numbers with their conditions.", no_args_is_help=True)
+cli.add_typer(bench, name="bench")
+
+
+@bench.command("queue")
+def bench_queue(
+    db: Db = DEFAULT_DB,
+    n: Annotated[int, typer.Option("--n", min=100)] = 5000,
+    durability: Annotated[str, typer.Option("--durability")] = "full",
+    concurrency: Annotated[list[int] | None, typer.Option("--concurrency")] = None,
+    samples: Annotated[int, typer.Option("--latency-samples", min=10)] = 300,
+    pin_cpu: PinCpu = None,
+    runs: Annotated[
+        int,
+        typer.Option("--runs", min=1, help="Measure this many times; a column each."),
+    ] = 1,
+    as_json: AsJson = False,
+) -> None:
+    """Enqueue one by one and in batches, drain, enqueue→start latency."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from tasklab.bench import queue
+
+    reports = []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as progress:
+        for i in range(runs):
+            task = progress.add_task(f"run {i + 1} of {runs}", total=None)
+            reports.append(
+                _guard(
+                    lambda: queue.run(db, n, durability, concurrency or [1, 64], samples, pin_cpu)
+                )
+            )
+            progress.update(task, total=1, completed=1)
+    if as_json:
+        docs = [r.to_json() for r in reports]
+        out.print_json(json.dumps(docs[0] if runs == 1 else {"runs": docs}))
+        return
+    from tasklab.bench.tables import queue_table
+
+    _print_report(queue_table(reports), reports[0].conditions)
+
+
+@bench.command("runners")
+def bench_runners(
+    megabytes: Annotated[float, typer.Option("--mb", min=1.0)] = 24.0,
+    files: Annotated[int, typer.Option("--files", min=2)] = 8,
+    repeat: Annotated[int, typer.Option("--repeat", min=1)] = 5,
+    png: Annotated[str | None, typer.Option("--png", help="Write a chart here.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """wordfreq on thread, process and asyncio runners with 1 and 2 workers."""
+    from dataclasses import asdict
+
+    from tasklab.bench import runners
+
+    report = _guard(lambda: runners.run(megabytes, files, repeat))
+    if png:
+        runners.chart(report, png)
+    if as_json:
+        out.print_json(json.dumps(asdict(report)))
+        return
+    from tasklab.bench.tables import runners_table
+
+    _print_report(runners_table(report), report.conditions)
+
+
+@bench.command("serve")
+def bench_serve(
+    n: Annotated[int, typer.Option("--n", min=100)] = 5000,
+    events: Annotated[int, typer.Option("--events", min=100)] = 5000,
+    idle: Annotated[int, typer.Option("--idle", min=1, max=5000)] = 1000,
+    as_json: AsJson = False,
+) -> None:
+    """Submits/s over HTTP and JSON-lines, SSE events/s, resume time, idle memory."""
+    from tasklab.bench import serve as bench_serve_mod
+
+    report = _guard(lambda: bench_serve_mod.run(n, events, idle))
+    if as_json:
+        out.print_json(json.dumps(report.to_json()))
+        return
+    from tasklab.bench.tables import serve_table
+
+    _print_report(serve_table(report), report.conditions)

@@ -1,0 +1,216 @@
+"""Commands on tasks: submit, status, list, cancel, recover, stats, prune, watch."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tasklab.app import DEFAULT_DB
+from tasklab.core.states import State
+from tasklab.edges import watching
+from tasklab.edges.cli.common import (
+    AppSpec,
+    AsJson,
+    DataDir,
+    Db,
+    _app,
+    _guard,
+    _parse_json,
+    _print_task,
+    cli,
+    err,
+    out,
+    parse_age,
+)
+
+
+@cli.command()
+def submit(
+    task: Annotated[str, typer.Argument(help="Registered task name.")],
+    payload: Annotated[
+        str,
+        typer.Option("--payload", help="JSON object; '-' reads stdin, '@file' reads a file."),
+    ] = "{}",
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts", min=1)] = None,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Queue a task; prints its id."""
+    with _app(db, app, data_dir=data_dir) as a:
+        snap, created = _guard(lambda: a.submit_ex(task, _parse_json(payload), key, max_attempts))
+        if as_json:
+            out.print_json(json.dumps({"id": snap.id, "created": created, "task": snap.to_json()}))
+        else:
+            print(snap.id)
+
+
+@cli.command()
+def status(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Show one task."""
+    with _app(db, app) as a:
+        _print_task(_guard(lambda: a.query(task_id)), as_json)
+
+
+@cli.command("list")
+def list_(
+    state: Annotated[str | None, typer.Option("--state")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+    cursor: Annotated[str | None, typer.Option("--cursor")] = None,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    as_json: AsJson = False,
+) -> None:
+    """List tasks, newest first."""
+    with _app(db, app) as a:
+        page = _guard(lambda: a.list(state, limit, cursor))
+        if as_json:
+            out.print_json(
+                json.dumps(
+                    {
+                        "items": [s.to_json(payload=False) for s in page.items],
+                        "next_cursor": page.next_cursor,
+                    }
+                )
+            )
+            return
+        table = Table("id", "task", "state", "attempt", "created", "error")
+        for s in page.items:
+            table.add_row(
+                s.id,
+                s.task,
+                s.state.value,
+                f"{s.attempt}/{s.max_attempts}",
+                s.to_json()["created_at"],
+                s.error.code if s.error else "",
+            )
+        out.print(table)
+        if page.next_cursor:
+            out.print(f"more: --cursor {page.next_cursor}")
+
+
+@cli.command()
+def cancel(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Cancel a task: queued → cancelled, running → cancel_requested."""
+    with _app(db, app) as a:
+        outcome = _guard(lambda: a.cancel(task_id))
+        snap = a.query(task_id)
+        if as_json:
+            out.print_json(
+                json.dumps(
+                    {
+                        "request_accepted": outcome.request_accepted,
+                        "task": snap.to_json(),
+                    }
+                )
+            )
+        else:
+            print(
+                f"request_accepted={str(outcome.request_accepted).lower()} state={snap.state.value}"
+            )
+
+
+@cli.command()
+def recover(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Exclusive recovery: refuses while any executor is alive; otherwise settles every
+    running task as its lease expiry would (retry-safe → queued, else outcome_unknown)."""
+    with _app(db, app) as a:
+        ids = _guard(a.recover_running)
+        if as_json:
+            out.print_json(json.dumps({"resolved": ids}))
+        else:
+            for tid in ids:
+                print(tid)
+            err.print(f"resolved {len(ids)} task(s)")
+
+
+@cli.command()
+def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
+    """Counts per state and the recovery-health counters."""
+    with _app(db, app) as a:
+        doc: dict[str, Any] = {
+            "counts": _guard(a.counts),
+            "counters": a.store.counters(),
+            "workers": a.store.workers(),
+        }
+        if as_json:
+            out.print_json(json.dumps(doc))
+            return
+        table = Table("what", "value")
+        for k, v in doc["counts"].items():
+            table.add_row(f"tasks {k}", str(v))
+        for k, v in doc["counters"].items():
+            table.add_row(k, str(v))
+        table.add_row("live workers (registered)", str(len(doc["workers"])))
+        out.print(table)
+
+
+@cli.command()
+def prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Terminal tasks that finished longer ago: 90s, 15m, 12h, 7d.",
+        ),
+    ],
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=10_000, help="Tasks per transaction.")
+    ] = 500,
+    db: Db = DEFAULT_DB,
+    as_json: AsJson = False,
+) -> None:
+    """Delete old terminal tasks with their events, effect records and notifications
+    (not those a subscribed webhook still waits for). Their idempotency keys are free
+    again."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    age = _guard(lambda: parse_age(older_than))
+    with (
+        _app(db, None) as a,
+        Progress(
+            SpinnerColumn(),
+            TextColumn("pruned {task.completed:,} tasks"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=as_json,
+        ) as progress,
+    ):
+        bar = progress.add_task("prune", total=None)
+        totals = _guard(
+            lambda: a.prune(
+                age,
+                batch=batch,
+                progress=lambda t: progress.update(bar, completed=t["tasks"]),
+            )
+        )
+    if as_json:
+        out.print_json(json.dumps(totals))
+    else:
+        rest = ", ".join(f"{n:,} {table} rows" for table, n in totals.items() if table != "tasks")
+        print(f"deleted {totals['tasks']:,} tasks ({rest})")
+
+
+@cli.command()
+def watch(
+    task_id: str,
+    after: Annotated[int, typer.Option("--after", min=0, help="Resume after this seq.")] = 0,
+    url: Annotated[str | None, typer.Option("--url", help="Follow over HTTP SSE.")] = None,
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    as_json: AsJson = False,
+) -> None:
+    """Follow a task's events live with a progress bar until it ends."""
+    if url:
+        final = _guard(lambda: watching.watch_http(url, task_id, after, out, as_json))
+        raise typer.Exit(0 if final.get("state") == "succeeded" else 3)
+    with _app(db, app) as a:
+        snap = _guard(lambda: watching.watch_store(a, task_id, after, out, as_json))
+        if as_json:
+            out.print_json(json.dumps(snap.to_json()))
+        raise typer.Exit(0 if snap.state is State.SUCCEEDED else 3)
