@@ -41,12 +41,12 @@ def reap(proc: subprocess.Popen[str]) -> int:
 def test_random_sigkills_of_workers_leave_a_truthful_store(store_url):
     app = make_app(store_url)
     half = N // 2
-    ids = app.submit_many("t.mark", [{"n": i, "ms": 40} for i in range(half)])
-    ids += app.submit_many("t.mark_unsafe", [{"n": i, "ms": 40} for i in range(half, N)])
+    ids = app.submit_many("t.mark", [{"n": i, "ms": 70} for i in range(half)])
+    ids += app.submit_many("t.mark_unsafe", [{"n": i, "ms": 70} for i in range(half, N)])
     rnd = random.Random(2026)
     workers = [spawn(store_url) for _ in range(WORKERS)]
     kills = 0
-    # inside pytest-timeout's 120 s (the run takes ~8 s here), so this test fails
+    # inside pytest-timeout's 120 s (the run takes ~10-15 s here), so this test fails
     # with its own message, not a timeout's traceback
     deadline = time.monotonic() + 90
     try:

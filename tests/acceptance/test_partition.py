@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
+from tests.acceptance.test_shutdown import start_worker
 from tests.conftest import make_app, wait_for
 from tests.helpers.proxy import SilentProxy
 
@@ -35,29 +35,7 @@ def ledger(d: Path) -> list[tuple[int, int, float]]:
 
 
 def worker(url: str, runner: str, lease: float) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [
-            *TASKLAB,
-            "worker",
-            "--db",
-            url,
-            "--runner",
-            runner,
-            "--concurrency",
-            "1",
-            "--lease",
-            str(lease),
-            "--drain-timeout",
-            "1",
-            *APP,
-        ],
-        cwd=ROOT,
-        env=env(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert "ready" in proc.stderr.readline()  # type: ignore[union-attr]
-    return proc
+    return start_worker(url, runner, 1.0, "--concurrency", "1", "--lease", str(lease))
 
 
 def stop(proc: subprocess.Popen[str]) -> int:

@@ -13,34 +13,42 @@ from tasklab.finisher import Finisher
 from tasklab.store import open_store
 
 
+def finish_behind_a_held_first(store, claims, faults: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Finish every claim, each from a thread of its own: the first write hangs in an
+    armed fault (0.4 s, `faults` fire in all) until the others have queued behind it,
+    so that they go to the database as one group commit. What each got, by task id."""
+    finisher = Finisher(store)
+    store.faults.arm("finish", times=faults, delay=0.4)
+    results: dict[str, object] = {}
+
+    def finish(claim):  # type: ignore[no-untyped-def]
+        try:
+            results[claim.task_id] = finisher.finish(claim, Outcome.returned(1), [])
+        except StoreError as exc:
+            results[claim.task_id] = exc
+
+    first = threading.Thread(target=finish, args=(claims[0],))
+    first.start()
+    # the first write is inside its (hanging) fault before the others come
+    deadline = time.monotonic() + 10
+    while store.faults.fired.get("finish") != 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    rest = [threading.Thread(target=finish, args=(c,)) for c in claims[1:]]
+    for t in rest:
+        t.start()
+    for t in [first, *rest]:
+        t.join(10)
+    return results
+
+
 def test_a_failed_group_commit_is_retried_one_by_one(store_url):
     store, reader = open_store(store_url), open_store(store_url)
     try:
         store.submit([NewTask("t.echo", {"value": i}, 1, False) for i in range(4)])
         claims = store.claim(["t.echo"], 4, "w1", 30.0)
-        finisher = Finisher(store)
         # the first write hangs while three more queue up behind it, then both the
         # first write and the group commit of the other three fail once each
-        store.faults.arm("finish", times=2, delay=0.4)
-        results: dict[str, object] = {}
-
-        def finish(claim):
-            try:
-                results[claim.task_id] = finisher.finish(claim, Outcome.returned(1), [])
-            except StoreError as exc:
-                results[claim.task_id] = exc
-
-        first = threading.Thread(target=finish, args=(claims[0],))
-        first.start()
-        # the first write is inside its (hanging) fault before the others come
-        deadline = time.monotonic() + 10
-        while store.faults.fired.get("finish") != 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        rest = [threading.Thread(target=finish, args=(c,)) for c in claims[1:]]
-        for t in rest:
-            t.start()
-        for t in [first, *rest]:
-            t.join(10)
+        results = finish_behind_a_held_first(store, claims, faults=2)
         assert isinstance(results[claims[0].task_id], StoreError)  # alone: nothing to retry
         assert [results[c.task_id] for c in claims[1:]] == [State.SUCCEEDED] * 3
         assert reader.get(claims[0].task_id).state is State.RUNNING  # left to its lease
@@ -80,27 +88,9 @@ def test_a_write_that_can_never_commit_fails_only_itself(store_url):
         claims = store.claim(["t.echo"], 4, "w1", 30.0)
         doomed = claims[1]
         _refuse_success_of(store, doomed.task_id)
-        finisher = Finisher(store)
-        results: dict[str, object] = {}
-        # hold the first write so that the other three share one group commit
-        store.faults.arm("finish", times=1, delay=0.4)
-
-        def finish(claim):  # type: ignore[no-untyped-def]
-            try:
-                results[claim.task_id] = finisher.finish(claim, Outcome.returned(1), [])
-            except StoreError as exc:
-                results[claim.task_id] = exc
-
-        first = threading.Thread(target=finish, args=(claims[0],))
-        first.start()
-        deadline = time.monotonic() + 10
-        while store.faults.fired.get("finish") != 1 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        rest = [threading.Thread(target=finish, args=(c,)) for c in claims[1:]]
-        for t in rest:
-            t.start()
-        for t in [first, *rest]:
-            t.join(10)
+        # the first write is held (and fails once) so that the other three share one
+        # group commit
+        results = finish_behind_a_held_first(store, claims, faults=1)
         assert isinstance(results[doomed.task_id], StoreError)
         others = [c for c in claims[1:] if c is not doomed]
         assert [results[c.task_id] for c in others] == [State.SUCCEEDED] * 2
