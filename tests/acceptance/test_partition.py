@@ -108,7 +108,7 @@ def test_a_partitioned_worker_stops_before_another_can_claim(pg_url, tmp_path, r
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runner", ["thread", "process"])
+@pytest.mark.parametrize("runner", ["thread", "process", "async"])
 def test_a_paused_worker_passes_no_checkpoint_after_it_resumes(tmp_path, runner):
     url = f"sqlite:///{tmp_path / 'tasklab.db'}"
     lease = 2.0
@@ -116,7 +116,7 @@ def test_a_paused_worker_passes_no_checkpoint_after_it_resumes(tmp_path, runner)
     a = worker(url, runner, lease)
     b = None
     try:
-        tid = app.submit("t.ledger", {"dir": str(tmp_path), "seconds": 1.0, "first": 20})
+        tid = app.submit(TASKS[runner], {"dir": str(tmp_path), "seconds": 1.0, "first": 20})
         wait_for(lambda: len(ledger(tmp_path)) >= 2, timeout=30)
         b = worker(url, runner, lease)
         a.send_signal(signal.SIGSTOP)

@@ -67,6 +67,10 @@ def test_a_worker_whose_sessions_are_killed_mid_drain_still_tells_the_truth(pg_u
                 wait_for(lambda: _count(admin, "succeeded") > done, timeout=20)  # noqa: B023
                 _terminate(admin, _backends(admin))
             wait_for(lambda: _count(admin, "succeeded") == len(ids), timeout=60)
+        # the kills met calls in flight (SessionLost, by store method), not only idle
+        # sessions: the failure path ran, and the checks below say it ended truthfully
+        lost = dict(app.store.lost_sessions)  # type: ignore[attr-defined]
+        assert sum(lost.values()) >= 1, lost
     finally:
         app.close()
     reader = make_app(pg_url)  # a new process's view

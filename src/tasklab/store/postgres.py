@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import select
+import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -77,6 +79,9 @@ class PostgresStore(SqlStore):
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._gate = ClosingGate()
+        # which store calls met a broken session (SessionLost), by method: what the
+        # tests of killed sessions read to see the failure path taken, not the lease
+        self.lost_sessions: Counter[str] = Counter()
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
@@ -110,8 +115,18 @@ class PostgresStore(SqlStore):
                     yield conn
         except psycopg.Error as exc:
             if conn is not None and conn.closed:  # the session itself broke
+                self._count_lost(sys._getframe(1))
                 raise SessionLost(f"PostgreSQL session lost: {exc}") from exc
             raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    def _count_lost(self, frame: Any) -> None:
+        """The first caller outside the session plumbing names the call (only on this
+        failure path, so walking frames costs nothing in the common case)."""
+        plumbing = {"_session", "_read", "_write", "_write_steps", "__exit__", "__enter__"}
+        while frame is not None and frame.f_code.co_name in plumbing | {"_count_lost"}:
+            frame = frame.f_back
+        with self._listener_lock:
+            self.lost_sessions[frame.f_code.co_name if frame is not None else "?"] += 1
 
     def _write_steps(self, steps: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
         if len(steps) != 1:
