@@ -24,7 +24,7 @@ from tasklab.core.states import CancelReason, ErrorCode, State
 from tasklab.errors import Cancelled, LeaseLost, SessionLost, TasklabError
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import Engine
 
 
 class Execution:
@@ -32,12 +32,12 @@ class Execution:
 
     connection: Any = None
 
-    def __init__(self, app: TaskApp, claim: Claim, task: TaskDef) -> None:
-        self.app = app
-        self.store = app.store
+    def __init__(self, engine: Engine, claim: Claim, task: TaskDef) -> None:
+        self.engine = engine
+        self.store = engine.store
         self.claim = claim
         self.task = task
-        self.data_dir = app.data_dir
+        self.data_dir = engine.data_dir
         self.task_id = claim.task_id
         self.attempt = claim.attempt
         self.cancel_flag = threading.Event()
@@ -47,8 +47,8 @@ class Execution:
         self.last_beat = self.started
         # The local lease deadline: past it without a confirmed renewal, the authority
         # is treated as lost (a partition, a paused process) — see Settings.local_lease.
-        renewed = max(claim.sent_at or self.started, app.monitor.renewal_of(claim))
-        self.deadline = renewed + app.settings.local_lease
+        renewed = max(claim.sent_at or self.started, engine.monitor.renewal_of(claim))
+        self.deadline = renewed + engine.settings.local_lease
         self._buf: list[list[Any]] = [["attempt", {"attempt": claim.attempt}]]
         self._buf_bytes = 0
         self._buf_since: float | None = self.started
@@ -81,7 +81,7 @@ class Execution:
         self.lost = True  # nothing more is published by this execution
         self.request_stop(None)
         # counted off this thread: the database may be what cannot be reached
-        self.app.monitor.in_background(self.app.count, "lease_deadline_stops")
+        self.engine.monitor.in_background(self.engine.count, "lease_deadline_stops")
         return True
 
     def request_stop(self, reason: CancelReason | None) -> None:
@@ -117,7 +117,7 @@ class Execution:
 
     @property
     def flush_needed(self) -> bool:
-        return self._buf_bytes >= self.app.settings.flush_bytes
+        return self._buf_bytes >= self.engine.settings.flush_bytes
 
     def _maybe_flush(self) -> None:
         if self.inline_flush and self.flush_needed:
@@ -154,7 +154,7 @@ class Execution:
 
     def flush_due(self, now: float) -> bool:
         since = self._buf_since
-        return since is not None and now - since >= self.app.settings.flush_interval
+        return since is not None and now - since >= self.engine.settings.flush_interval
 
     def flush(self) -> None:
         with self._write_lock:
@@ -209,14 +209,14 @@ class Execution:
             return
         sent = self.last_beat = time.monotonic()
         try:
-            state = self.store.heartbeat(self.claim, self.app.settings.lease)
+            state = self.store.heartbeat(self.claim, self.engine.settings.lease)
         except TasklabError:
             return  # a failed renewal is retried next time; the deadline decides
         if state is None:
             self._lose()
             return
         # renewed: the database's lease runs from after `sent`, so this is safe
-        self.deadline = max(self.deadline, sent + self.app.settings.local_lease)
+        self.deadline = max(self.deadline, sent + self.engine.settings.local_lease)
         if state is State.CANCEL_REQUESTED:
             self.request_stop(None)
 
@@ -231,7 +231,7 @@ class Execution:
         if not self.lost:
             self.lost = True
             self.request_stop(None)
-            self.app.count_stale_write()
+            self.engine.count_stale_write()
 
     # ---- running -------------------------------------------------------------------
     def run(self) -> State | None:
@@ -251,7 +251,7 @@ class Execution:
                 attempt=self.attempt,
                 max_attempts=self.claim.max_attempts,
                 cancel_requested=self.cancel_flag.is_set(),
-                backoff=self.app.settings.backoff,
+                backoff=self.engine.settings.backoff,
             )
         else:
             outcome = result_outcome(value)
@@ -264,7 +264,7 @@ class Execution:
             try:
                 self._resolve_unsure()
                 events = self._take()
-                return self.app.finisher.finish(self.claim, outcome, events)
+                return self.engine.finisher.finish(self.claim, outcome, events)
             except LeaseLost:
                 self._lose()
                 return None
@@ -273,7 +273,7 @@ class Execution:
                 # reaper or exclusive recovery settles it as outcome_unknown.
                 self.lost = True
                 self.request_stop(None)
-                self.app.count("terminal_write_failures")
+                self.engine.count("terminal_write_failures")
                 return None
 
 

@@ -1,4 +1,4 @@
-"""The monitor: one thread per app that keeps every local execution's promises.
+"""The monitor: one thread per engine that keeps every local execution's promises.
 
 Every few milliseconds it enforces each execution's local lease deadline (past it
 without a confirmed renewal the task is told to stop — a partition or a paused
@@ -24,7 +24,7 @@ from tasklab.core.models import Claim
 from tasklab.core.states import CancelReason, State
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import Engine
     from tasklab.execution import Execution
 
 log = logging.getLogger("tasklab.monitor")
@@ -66,8 +66,8 @@ class IoThreads:
 
 
 class Monitor:
-    def __init__(self, app: TaskApp) -> None:
-        self.app = app
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self._active: dict[str, Execution] = {}
         self._busy: set[str] = set()  # executions with a call in flight
         self._renewals: dict[tuple[str, int], float] = {}
@@ -132,7 +132,7 @@ class Monitor:
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
-        token = self.app.store.change_token()
+        token = self.engine.store.change_token()
         next_check = 0.0
         while not self._stopped:
             self._wake.wait(TICK)
@@ -143,7 +143,7 @@ class Monitor:
             # Nothing but a deadline can be due before the first flush interval,
             # heartbeat or timeout of an execution: short tasks (most of them under
             # load) cost one comparison.
-            settings = self.app.settings
+            settings = self.engine.settings
             quiet = min(settings.flush_interval, settings.heartbeat_every)
             for ex in active:
                 if ex.past_deadline(now):
@@ -152,14 +152,14 @@ class Monitor:
                 if age < quiet and (ex.task.timeout is None or age <= ex.task.timeout):
                     continue
                 self._tend(ex, now)
-            fresh = self.app.store.change_token()
+            fresh = self.engine.store.change_token()
             if fresh != token and now >= next_check:
                 token = fresh
                 next_check = now + CANCEL_CHECK
                 self._call("__cancels__", self._deliver_cancels, active)
 
     def _tend(self, ex: Execution, now: float) -> None:
-        settings = self.app.settings
+        settings = self.engine.settings
         timeout = ex.task.timeout
         if timeout is not None and not ex.cancel_flag.is_set() and now - ex.started > timeout:
             self._call(ex.task_id, self._deadline_cancel, ex)
@@ -188,11 +188,11 @@ class Monitor:
 
     def _deadline_cancel(self, ex: Execution) -> None:
         # recorded first: the task's cancelled outcome settles from cancel_requested
-        self.app.store.cancel(ex.task_id, CancelReason.DEADLINE)
+        self.engine.store.cancel(ex.task_id, CancelReason.DEADLINE)
         ex.request_stop(CancelReason.DEADLINE)
 
     def _deliver_cancels(self, active: list[Execution]) -> None:
-        states = self.app.store.states_of([ex.task_id for ex in active])
+        states = self.engine.store.states_of([ex.task_id for ex in active])
         for ex in active:
             if states.get(ex.task_id) is State.CANCEL_REQUESTED and not ex.cancel_flag.is_set():
                 ex.request_stop(None)

@@ -5,29 +5,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
     from tasklab.runners.base import BaseRunner
 
 RUNNER_KINDS = ("thread", "process", "async")
 
 
 def make_runner(
-    kind: str, app: TaskApp, workers: int, backlog: int = 0, pin_cpu: int | None = None
+    kind: str, engine: EngineLike, workers: int, backlog: int = 0, pin_cpu: int | None = None
 ) -> BaseRunner:
     if pin_cpu is not None and kind != "thread":
         raise ValueError(f"pinning to a CPU is for the thread runner, not the {kind} runner")
     if kind == "thread":
         from tasklab.runners.thread import ThreadTaskRunner
 
-        return ThreadTaskRunner(app, workers, backlog, pin_cpu)
+        return ThreadTaskRunner(engine, workers, backlog, pin_cpu)
     if kind == "process":
         from tasklab.runners.process import ProcessTaskRunner
 
-        return ProcessTaskRunner(app, workers, backlog)
+        return ProcessTaskRunner(engine, workers, backlog)
     if kind == "async":
         from tasklab.runners.aio import AsyncTaskRunner
 
-        return AsyncTaskRunner(app, workers, backlog)
+        return AsyncTaskRunner(engine, workers, backlog)
     raise ValueError(f"unknown runner {kind!r}; one of {', '.join(RUNNER_KINDS)}")
 
 

@@ -31,7 +31,7 @@ from tasklab.execution import Execution, result_outcome
 from tasklab.runners.base import BaseRunner
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import Engine, EngineLike
 
 T = TypeVar("T")
 LOOP_THREAD = "tasklab-async-loop"
@@ -100,7 +100,7 @@ class AsyncTaskContext:
 
 
 async def run_async_execution(
-    app: TaskApp, claim: Claim, spec: TaskDef, db: ThreadPoolExecutor | None = None
+    engine: Engine, claim: Claim, spec: TaskDef, db: ThreadPoolExecutor | None = None
 ) -> State | None:
     """Execute one claim of an async task on the running loop."""
     loop = asyncio.get_running_loop()
@@ -108,7 +108,7 @@ async def run_async_execution(
     def to_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         return loop.run_in_executor(db, fn, *args)
 
-    ex = Execution(app, claim, spec)
+    ex = Execution(engine, claim, spec)
     ex.inline_flush = False
     task = asyncio.current_task()
     assert task is not None
@@ -117,7 +117,7 @@ async def run_async_execution(
         loop.call_soon_threadsafe(task.cancel)
 
     ex.stop_hooks.append(cancel_task)
-    app.monitor.add(ex)
+    engine.monitor.add(ex)
     try:
         try:
             fn = spec.async_fn or spec.fn
@@ -137,13 +137,13 @@ async def run_async_execution(
                 attempt=claim.attempt,
                 max_attempts=claim.max_attempts,
                 cancel_requested=ex.cancel_flag.is_set(),
-                backoff=app.settings.backoff,
+                backoff=engine.settings.backoff,
             )
         else:
             outcome = result_outcome(value)
-        return await finalize(ex, outcome, to_thread, app.settings.finalization)
+        return await finalize(ex, outcome, to_thread, engine.settings.finalization)
     finally:
-        app.monitor.remove(ex)
+        engine.monitor.remove(ex)
 
 
 async def finalize(
@@ -165,7 +165,7 @@ async def finalize(
         except TimeoutError:
             ex.lost = True  # stop heartbeats: the lease will expire, recovery decides
             # counted from a thread, not awaited: the database may be what is stuck
-            to_thread(ex.app.count, "terminal_write_failures")
+            to_thread(ex.engine.count, "terminal_write_failures")
             return None
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -180,7 +180,7 @@ class AsyncTaskRunner(BaseRunner):
 
     kind = "async"
 
-    def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
+    def __init__(self, app: EngineLike, workers: int = 1, backlog: int = 0) -> None:
         super().__init__(app, workers, backlog)
         self._db = ThreadPoolExecutor(
             max_workers=workers + 2, thread_name_prefix="tasklab-async-db"
@@ -245,21 +245,21 @@ class AsyncTaskRunner(BaseRunner):
         return await self._loop.run_in_executor(self._db, fn, *args)
 
     async def _run_task_id(self, task_id: str) -> Any:
-        app = self.app
-        snap = await self._db_call(app.store.get, task_id)
-        spec = app.registry.get(snap.task)
+        engine = self.engine
+        snap = await self._db_call(engine.store.get, task_id)
+        spec = engine.registry.get(snap.task)
         if spec.transactional or not (spec.is_async or spec.async_fn):
-            return await self._db_call(app.run, task_id)
-        claim = await self._db_call(app.claim_task, task_id)
+            return await self._db_call(engine.run, task_id)
+        claim = await self._db_call(engine.claim_task, task_id)
         if claim is not None:
-            await run_async_execution(app, claim, spec, self._db)
-        return await self._db_call(app.store.get, task_id)
+            await run_async_execution(engine, claim, spec, self._db)
+        return await self._db_call(engine.store.get, task_id)
 
     async def _run_claim(self, claim: Claim) -> Any:
-        spec = self.app.registry.get(claim.task)
+        spec = self.engine.registry.get(claim.task)
         if not (spec.is_async or spec.async_fn):
-            return await self._db_call(self.app.execute, claim)
-        return await run_async_execution(self.app, claim, spec, self._db)
+            return await self._db_call(self.engine.execute, claim)
+        return await run_async_execution(self.engine, claim, spec, self._db)
 
     def _stop_loop(self, cancel_running: bool, timeout: float | None) -> None:
         async def close() -> None:
@@ -289,7 +289,7 @@ class AsyncTaskRunner(BaseRunner):
         """Cancel the running tasks (their cancelled outcome is written, shielded and
         bounded by the finalization deadline); what does not end by then is left."""
         self.cancel_unstarted()
-        self._stop_loop(cancel_running=True, timeout=self.app.settings.finalization + 1)
+        self._stop_loop(cancel_running=True, timeout=self.engine.settings.finalization + 1)
 
     def __enter__(self) -> AsyncTaskRunner:
         super().__enter__()

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from tasklab.core.models import Claim, RunnerCancelOutcome
 from tasklab.core.states import CancelReason
+from tasklab.engine import as_engine
 from tasklab.errors import QueueFull, ShuttingDown, TasklabError, TaskNotFound
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 
 class BaseRunner(ABC):
@@ -28,10 +29,10 @@ class BaseRunner(ABC):
     # only where work beyond the slots waits in a queue instead of starting at once.
     adopts = False
 
-    def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
+    def __init__(self, app: EngineLike, workers: int = 1, backlog: int = 0) -> None:
         if workers < 1 or backlog < 0:
             raise ValueError("workers must be >= 1 and backlog >= 0")
-        self.app = app
+        self.engine = as_engine(app)
         self.workers = workers
         self.backlog = backlog
         self._slots = threading.BoundedSemaphore(workers + backlog)
@@ -119,7 +120,7 @@ class BaseRunner(ABC):
                 self._inherited -= 1
         if not inherited:
             self._slots.release()
-            self.app.store.wake()  # a free slot: a waiting claim loop may claim now
+            self.engine.store.wake()  # a free slot: a waiting claim loop may claim now
 
     def _done(self, fut: Future[Any]) -> None:
         with self._lock:
@@ -131,13 +132,13 @@ class BaseRunner(ABC):
             return
         if isinstance(work, Claim):
             try:
-                self.app.store.release(work)
+                self.engine.store.release(work)
             except TasklabError:
                 pass  # the lease will expire and the reaper will requeue or fail it
             return
         reason = CancelReason.SHUTDOWN if self._closing else CancelReason.USER
         try:
-            accepted = self.app.cancel(work, reason).request_accepted
+            accepted = self.engine.cancel(work, reason).request_accepted
         except TaskNotFound:
             accepted = False
         with self._lock:
@@ -156,7 +157,7 @@ class BaseRunner(ABC):
         task_id = work.task_id if isinstance(work, Claim) else work
         if task_id is None:  # already finished and forgotten
             return RunnerCancelOutcome(False, False)
-        return RunnerCancelOutcome(False, self.app.cancel(task_id).request_accepted)
+        return RunnerCancelOutcome(False, self.engine.cancel(task_id).request_accepted)
 
     def cancel_unstarted(self) -> int:
         """Cancel every future that has not started; returns how many."""
@@ -170,7 +171,7 @@ class BaseRunner(ABC):
 
     # ---- lifetime ------------------------------------------------------------------
     def __enter__(self) -> BaseRunner:
-        self._presence = self.app.store.executor_presence()
+        self._presence = self.engine.store.executor_presence()
         self._presence.__enter__()
         return self
 

@@ -32,7 +32,7 @@ from tasklab.execution import Execution
 from tasklab.runners.base import BaseRunner
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 SLOT_PREFIX = "tasklab-process-slot"
 
@@ -110,7 +110,7 @@ class Child:
 class ProcessTaskRunner(BaseRunner):
     kind = "process"
 
-    def __init__(self, app: TaskApp, workers: int = 1, backlog: int = 0) -> None:
+    def __init__(self, app: EngineLike, workers: int = 1, backlog: int = 0) -> None:
         super().__init__(app, workers, backlog)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=SLOT_PREFIX)
         self._children: dict[int, Child] = {}
@@ -157,27 +157,27 @@ class ProcessTaskRunner(BaseRunner):
         return self._pool.submit(self._run_claim, claim)
 
     def _run_task_id(self, task_id: str) -> Any:
-        app = self.app
-        spec = app.registry.get(app.store.get(task_id).task)
+        engine = self.engine
+        spec = engine.registry.get(engine.store.get(task_id).task)
         if spec.transactional:
-            return app.run(task_id)  # database-only work: no process needed
-        with app.store.executor_presence():
-            claim = app.claim_task(task_id)
+            return engine.run(task_id)  # database-only work: no process needed
+        with engine.store.executor_presence():
+            claim = engine.claim_task(task_id)
             if claim is not None:
                 self._run_claim(claim)
-        return app.store.get(task_id)
+        return engine.store.get(task_id)
 
     def _run_claim(self, claim: Claim) -> State | None:
-        spec = self.app.registry.get(claim.task)
+        spec = self.engine.registry.get(claim.task)
         if spec.transactional:
-            return self.app.execute(claim)
-        ex = Execution(self.app, claim, spec)
-        self.app.monitor.add(ex)
+            return self.engine.execute(claim)
+        ex = Execution(self.engine, claim, spec)
+        self.engine.monitor.add(ex)
         try:
             outcome = self._drive(ex, spec)
             return None if outcome is None else ex.settle(outcome)
         finally:
-            self.app.monitor.remove(ex)
+            self.engine.monitor.remove(ex)
 
     def _drive(self, ex: Execution, spec: TaskDef) -> Outcome | None:
         run = {
@@ -197,7 +197,7 @@ class ProcessTaskRunner(BaseRunner):
             child = self._child()
             child.send(run)
         cancel_sent: float | None = None
-        settings = self.app.settings
+        settings = self.engine.settings
         told = ex.deadline
         while True:
             if ex.deadline != told:  # renewed: the child checks the deadline itself,
@@ -287,7 +287,7 @@ class ProcessTaskRunner(BaseRunner):
             attempt=ex.attempt,
             max_attempts=ex.claim.max_attempts,
             cancel_requested=ex.cancel_flag.is_set(),
-            backoff=self.app.settings.backoff,
+            backoff=self.engine.settings.backoff,
         )
 
     def _died(self, ex: Execution) -> Outcome:
@@ -302,7 +302,7 @@ class ProcessTaskRunner(BaseRunner):
             ex.task.retry_safe,
             False,
         )
-        return expiry_outcome(expired, self.app.settings.backoff)
+        return expiry_outcome(expired, self.engine.settings.backoff)
 
     # ---- lifetime ------------------------------------------------------------------
     def _stop_children(self, kill: bool) -> None:
@@ -324,7 +324,7 @@ class ProcessTaskRunner(BaseRunner):
         running = [f for f, _ in self.in_flight()]
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._stop_children(kill=True)
-        wait(running, timeout=self.app.settings.finalization)
+        wait(running, timeout=self.engine.settings.finalization)
 
     def __enter__(self) -> ProcessTaskRunner:
         super().__enter__()

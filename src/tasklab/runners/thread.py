@@ -22,7 +22,7 @@ from tasklab.core.models import Claim
 from tasklab.runners.base import BaseRunner
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 THREAD_PREFIX = "tasklab-worker"
 
@@ -32,7 +32,7 @@ class ThreadTaskRunner(BaseRunner):
     adopts = True  # work beyond the threads waits in the pool's queue
 
     def __init__(
-        self, app: TaskApp, workers: int = 1, backlog: int = 0, pin_cpu: int | None = None
+        self, app: EngineLike, workers: int = 1, backlog: int = 0, pin_cpu: int | None = None
     ) -> None:
         super().__init__(app, workers, backlog)
         self.pin_cpu = pin_cpu
@@ -45,10 +45,10 @@ class ThreadTaskRunner(BaseRunner):
         )
 
     def _start_task(self, task_id: str) -> Future[Any]:
-        return self._pool.submit(self.app.run, task_id)
+        return self._pool.submit(self.engine.run, task_id)
 
     def _start_claim(self, claim: Claim) -> Future[Any]:
-        return self._pool.submit(self.app.execute, claim)
+        return self._pool.submit(self.engine.execute, claim)
 
     def _shutdown_executor(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

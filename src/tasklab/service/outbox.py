@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from tasklab.core.policy import Backoff
+from tasklab.engine import as_engine
 from tasklab.errors import TasklabError
 from tasklab.redact import redact
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.outbox")
 
@@ -42,14 +43,14 @@ def check_webhook_url(url: str) -> str:
 class Dispatcher:
     def __init__(
         self,
-        app: TaskApp,
+        app: EngineLike,
         urls: list[str],
         *,
         batch: int = 100,
         timeout: float = 5.0,
         backoff: Backoff | None = None,
     ) -> None:
-        self.app = app
+        self.engine = as_engine(app)
         self.urls = [check_webhook_url(u) for u in urls]
         self.batch = batch
         self.backoff = backoff or Backoff(base=1.0, cap=300.0)
@@ -66,13 +67,13 @@ class Dispatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self.app.store.wake()
+        self.engine.store.wake()
         if self._thread is not None:
             self._thread.join(10)
         self._client.close()
 
     def _loop(self) -> None:
-        store = self.app.store
+        store = self.engine.store
         while not self._stop.is_set():
             token = store.change_token()
             try:
@@ -88,7 +89,7 @@ class Dispatcher:
 
     def _subscribe(self) -> None:
         if not self._subscribed:
-            self.app.store.subscribe(self.urls)
+            self.engine.store.subscribe(self.urls)
             self._subscribed = True
 
     def deliver_once(self) -> int:
@@ -96,7 +97,7 @@ class Dispatcher:
         self._subscribe()
         attempted = 0
         for url in self.urls:
-            for item in self.app.store.outbox_pending(url, self.batch):
+            for item in self.engine.store.outbox_pending(url, self.batch):
                 if self._stop.is_set():
                     return attempted
                 attempted += 1
@@ -105,7 +106,7 @@ class Dispatcher:
 
     def _deliver(self, url: str, item: dict[str, Any]) -> None:
         event_id = str(item["event_id"])
-        snapshot = self.app.store.get(str(item["task_id"]))
+        snapshot = self.engine.store.get(str(item["task_id"]))
         body = json.dumps({"event_id": event_id, "task": snapshot.to_json()})
         error: str | None = None
         try:
@@ -122,9 +123,9 @@ class Dispatcher:
         ok = error is None
         delay = 0.0 if ok else self.backoff.delay(attempts)
         try:
-            self.app.store.record_delivery(event_id, url, ok, delay, error)
+            self.engine.store.record_delivery(event_id, url, ok, delay, error)
         except TasklabError as exc:
             # Sent but not recorded: it will be sent again, with the same event id.
             log.warning("outbox: delivery of %s to %s not recorded: %s", event_id, url, exc)
             return
-        self.app.count("notifications_delivered" if ok else "delivery_failures")
+        self.engine.count("notifications_delivered" if ok else "delivery_failures")

@@ -1,5 +1,5 @@
 """Retention in the background: `--retain 7d` on `worker` and `serve` prunes terminal
-tasks older than that every `Settings.prune_every` seconds (see `TaskApp.prune`).
+tasks older than that every `Settings.prune_every` seconds (see `Engine.prune`).
 
 Its own thread, so that a first prune of a large history never holds up claims; each
 batch is one short transaction, and stopping waits for the batch in progress only.
@@ -14,19 +14,20 @@ import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from tasklab.engine import as_engine
 from tasklab.errors import TasklabError
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.retention")
 
 
 class Retention:
-    def __init__(self, app: TaskApp, keep: timedelta) -> None:
+    def __init__(self, app: EngineLike, keep: timedelta) -> None:
         if keep < timedelta(0):
             raise ValueError("retention must not be negative")
-        self.app = app
+        self.engine = as_engine(app)
         self.keep = keep
         self.pruned = 0  # tasks, over this object's life
         self._stop = threading.Event()
@@ -46,12 +47,12 @@ class Retention:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._prune_once()
-            self._stop.wait(self.app.settings.prune_every)
+            self._stop.wait(self.engine.settings.prune_every)
 
     def _prune_once(self) -> None:
         done = 0
         try:
-            for totals in self.app.prune_batches(self.keep):
+            for totals in self.engine.prune_batches(self.keep):
                 done = totals["tasks"]
                 if self._stop.is_set():
                     break

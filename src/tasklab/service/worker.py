@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from tasklab.core.models import Claim, ClaimRequest
 from tasklab.core.states import CancelReason
+from tasklab.engine import as_engine
 from tasklab.errors import QueueFull, SessionLost, ShuttingDown, TasklabError
 from tasklab.runners import make_runner
 from tasklab.service.retention import Retention
 
 if TYPE_CHECKING:
-    from tasklab.app import TaskApp
+    from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.worker")
 
@@ -34,7 +35,7 @@ log = logging.getLogger("tasklab.worker")
 class Worker:
     def __init__(
         self,
-        app: TaskApp,
+        app: EngineLike,
         *,
         runner: str = "thread",
         concurrency: int = 4,
@@ -44,21 +45,21 @@ class Worker:
         pin_cpu: int | None = None,
         retain: timedelta | None = None,
     ) -> None:
-        self.app = app
+        self.engine = engine = as_engine(app)
         self.runner = make_runner(
-            runner, app, workers=concurrency, backlog=backlog, pin_cpu=pin_cpu
+            runner, engine, workers=concurrency, backlog=backlog, pin_cpu=pin_cpu
         )
         self.pin_cpu = pin_cpu
-        self.id = f"{app.owner}:{uuid.uuid4().hex[:6]}"
-        wanted = names or app.registry.names()
-        specs = [app.registry.get(n) for n in wanted]
+        self.id = f"{engine.owner}:{uuid.uuid4().hex[:6]}"
+        wanted = names or engine.registry.names()
+        specs = [engine.registry.get(n) for n in wanted]
         self.leased_names = [s.name for s in specs if not s.transactional]
         self.tx_names = [s.name for s in specs if s.transactional]
         self.webhooks = list(webhooks or [])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
-        self.retention = Retention(app, retain) if retain is not None else None
+        self.retention = Retention(engine, retain) if retain is not None else None
         self.claimed = 0
         self.drained = 0
         self.cancelled_on_shutdown = 0
@@ -66,15 +67,15 @@ class Worker:
     # ---- lifetime ------------------------------------------------------------------
     def start(self) -> Worker:
         self.runner.__enter__()  # takes the liveness lock for as long as we run
-        self.app.store.register_worker(self.id)
+        self.engine.store.register_worker(self.id)
         if self.runner.adopts and self.leased_names:
-            self.app.finisher.refillers.append(self)
+            self.engine.finisher.refillers.append(self)
         self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop", daemon=True)
         self._thread.start()
         if self.webhooks:
             from tasklab.service.outbox import Dispatcher
 
-            self._dispatcher = Dispatcher(self.app, self.webhooks).start()
+            self._dispatcher = Dispatcher(self.engine, self.webhooks).start()
         if self.retention is not None:
             self.retention.start()
         return self
@@ -87,11 +88,11 @@ class Worker:
 
     def stop(self, drain_timeout: float | None = None) -> dict[str, int]:
         """Graceful shutdown; returns what happened to the in-flight work."""
-        drain = self.app.settings.drain_timeout if drain_timeout is None else drain_timeout
+        drain = self.engine.settings.drain_timeout if drain_timeout is None else drain_timeout
         self._stop.set()
-        if self in self.app.finisher.refillers:
-            self.app.finisher.refillers.remove(self)
-        self.app.store.wake()
+        if self in self.engine.finisher.refillers:
+            self.engine.finisher.refillers.remove(self)
+        self.engine.store.wake()
         if self._thread is not None:
             self._thread.join()
         released = self.runner.cancel_unstarted()  # their callbacks release the claims
@@ -102,11 +103,11 @@ class Worker:
         for _fut, work in still:
             task_id = work.task_id if isinstance(work, Claim) else work
             try:
-                self.app.cancel(task_id, CancelReason.SHUTDOWN)
+                self.engine.cancel(task_id, CancelReason.SHUTDOWN)
                 self.cancelled_on_shutdown += 1
             except TasklabError:
                 pass
-        grace_end = time.monotonic() + self.app.settings.shutdown_grace
+        grace_end = time.monotonic() + self.engine.settings.shutdown_grace
         while self.runner.in_flight() and time.monotonic() < grace_end:
             time.sleep(0.01)
         left = len(self.runner.in_flight())
@@ -120,7 +121,7 @@ class Worker:
         if self.retention is not None:
             self.retention.stop()
         try:
-            self.app.store.unregister_worker(self.id)
+            self.engine.store.unregister_worker(self.id)
         except TasklabError:
             pass
         return {
@@ -137,11 +138,11 @@ class Worker:
         if slots == 0:
             return None
         return ClaimRequest(
-            self.leased_names, slots, self.app.claim_owner(), self.app.settings.lease
+            self.leased_names, slots, self.engine.claim_owner(), self.engine.settings.lease
         )
 
     def claims_lost(self, request: ClaimRequest) -> None:
-        self.app.release_lost_claims(request.owner)
+        self.engine.release_lost_claims(request.owner)
 
     def adopt(self, claims: list[Claim]) -> None:
         for claim in claims:
@@ -152,7 +153,7 @@ class Worker:
                 self.claimed += 1
             except Exception:  # not started (stopping, or the pool is gone): give it back
                 try:
-                    self.app.store.release(claim)
+                    self.engine.store.release(claim)
                 except TasklabError:
                     pass  # the lease will expire and the reaper will requeue or fail it
 
@@ -163,7 +164,7 @@ class Worker:
             from tasklab.runners.thread import pin_this_thread
 
             pin_this_thread(self.pin_cpu)
-        store, settings = self.app.store, self.app.settings
+        store, settings = self.engine.store, self.engine.settings
         next_reap = 0.0
         while not self._stop.is_set():
             token = store.change_token()
@@ -196,30 +197,32 @@ class Worker:
         for fut, work in self.runner.in_flight():
             if isinstance(work, Claim) and not fut.running() and not fut.done():
                 sent = time.monotonic()
-                if self.app.store.heartbeat(work, self.app.settings.lease) is None:
+                if self.engine.store.heartbeat(work, self.engine.settings.lease) is None:
                     fut.cancel()
                 else:  # its execution's local lease deadline counts from here
-                    self.app.monitor.note_renewal(work, sent)
+                    self.engine.monitor.note_renewal(work, sent)
 
     def _claim_some(self, free: int) -> int:
         if free <= 0:
             return 0
-        owner = self.app.claim_owner()
+        owner = self.engine.claim_owner()
         try:
-            claims = self.app.store.claim(self.leased_names, free, owner, self.app.settings.lease)
+            claims = self.engine.store.claim(
+                self.leased_names, free, owner, self.engine.settings.lease
+            )
         except SessionLost:
-            self.app.release_lost_claims(owner)
+            self.engine.release_lost_claims(owner)
             raise
         for claim in claims:
             try:
                 self.runner.submit_claim(claim)
                 self.claimed += 1
             except (QueueFull, ShuttingDown):
-                self.app.store.release(claim)
+                self.engine.store.release(claim)
         got = len(claims)
         free -= got
         if free > 0 and self.tx_names:
-            for task_id in self.app.store.queued_ids(self.tx_names, free):
+            for task_id in self.engine.store.queued_ids(self.tx_names, free):
                 try:
                     self.runner.submit(task_id)
                     got += 1

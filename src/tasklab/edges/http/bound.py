@@ -120,6 +120,6 @@ async def run_bound(state: ServerState, claim: Claim, spec: TaskDef) -> Any:
     if spec.is_async or spec.async_fn is not None:
         from tasklab.runners.aio import run_async_execution
 
-        return await run_async_execution(app, claim, spec)
+        return await run_async_execution(app.engine, claim, spec)
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(state.bound.pool, app.execute, claim)

@@ -1,0 +1,302 @@
+"""The engine: the execution machinery of one process — store, registry, settings,
+this process's owner, the monitor and the finisher — and the flows that claim, run and
+settle tasks with them.
+
+Runners, the worker, the outbox dispatcher and retention take an `Engine`; `TaskApp`
+is the public facade over it (registration, submitting, reading). Nothing below the
+facade imports it (a test pins that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from tasklab.config import Settings
+from tasklab.core.context import TaskContext
+from tasklab.core.models import CancelOutcome, Claim, EffectRecord, Outcome, TaskSnapshot
+from tasklab.core.registry import Registry, TaskDef
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import Cancelled, InvalidPayload, SessionLost, TasklabError
+from tasklab.execution import Execution, result_outcome
+from tasklab.finisher import Finisher
+from tasklab.monitor import Monitor
+from tasklab.retrying import retried
+from tasklab.store import Store, open_store
+from tasklab.store.base import PRUNED
+
+log = logging.getLogger("tasklab.app")
+
+
+class Engine:
+    """What executing tasks needs, and nothing of the public API."""
+
+    def __init__(
+        self,
+        db: str,
+        settings: Settings,
+        registry: Registry,
+        data_dir: str | os.PathLike[str] | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.registry = registry
+        self.data_dir = data_dir
+        self._store: Store | None = store
+        self._finisher: Finisher | None = None
+        self.monitor = Monitor(self)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._claim_calls = itertools.count(1)
+
+    @property
+    def store(self) -> Store:
+        """Opened on first use, so that importing a module that defines an app (for
+        `--app module:attr`) touches no database."""
+        if self._store is None:
+            self._store = open_store(self.db, **self._store_options())
+        return self._store
+
+    @property
+    def finisher(self) -> Finisher:
+        if self._finisher is None:
+            self._finisher = Finisher(self.store, lost_retry_for=self.settings.lease / 2)
+        return self._finisher
+
+    def _store_options(self) -> dict[str, Any]:
+        if self.db.startswith("sqlite:"):
+            return {"durability": self.settings.durability}
+        return {}
+
+    def cancel(self, task_id: str, reason: CancelReason = CancelReason.USER) -> CancelOutcome:
+        """queued → cancelled; running → cancel_requested (the task stops at its next
+        checkpoint); terminal → `request_accepted=False`."""
+        out = self.store.cancel(task_id, reason)
+        if out.state is State.CANCEL_REQUESTED:
+            local = self.monitor.get(task_id)
+            if local is not None:
+                local.request_stop(reason)
+        return out
+
+    # ---- executing -----------------------------------------------------------------
+    def run(self, task_id: str) -> TaskSnapshot:
+        """Claim the given queued task, execute it here, settle it; returns the
+        snapshot afterwards (unchanged if the task was not queued)."""
+        spec = self.registry.get(self.store.get(task_id).task)
+        with self.store.executor_presence():
+            if spec.transactional:
+                self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
+            else:
+                claim = self.claim_task(task_id)
+                if claim is not None:
+                    self.execute(claim)
+        return self.store.get(task_id)
+
+    # ---- claims whose answer is lost -----------------------------------------------
+    def claim_owner(self) -> str:
+        """The lease owner one claim call writes: this process, plus a number that finds
+        exactly that call's claims again if its answer is lost with its session."""
+        return f"{self.owner}#{next(self._claim_calls)}"
+
+    def claim_task(self, task_id: str) -> Claim | None:
+        """Claim one queued task by id for this process (None: not claimable). A claim
+        whose answer was lost is given back before `SessionLost` reaches the caller."""
+        owner = self.claim_owner()
+        try:
+            return self.store.claim_id(task_id, owner, self.settings.lease)
+        except SessionLost:
+            self.release_lost_claims(owner)
+            raise
+
+    def release_lost_claims(self, owner: str) -> None:
+        """A claim call lost its session after it may have committed: its claims, if
+        any, were never started. Give them back (attempt back, epoch kept) instead of
+        leaving them to their leases, where a task that never started would end as one
+        that died. In a thread of its own, retried while the database comes back (up
+        to half a lease): the caller may be a group commit's leader."""
+        threading.Thread(
+            target=self._release_lost_now, args=(owner,), name="tasklab-release", daemon=True
+        ).start()
+
+    def _release_lost_now(self, owner: str) -> None:
+        try:
+            released = retried(
+                lambda: self.store.release_owned(owner), TasklabError, self.settings.lease / 2
+            )
+        except TasklabError as exc:
+            log.warning("claims of a lost session left to their leases: %s", exc)
+            return
+        if released:  # counted in the store (lost_claims_released)
+            log.warning("released %d claim(s) whose commit answer was lost", len(released))
+
+    def execute(self, claim: Claim) -> State | None:
+        """Execute a claim in this thread with heartbeats; None if nothing committed."""
+        spec = self.registry.get(claim.task)
+        if spec.is_async:
+            return self._execute_async(claim, spec)
+        execution = Execution(self, claim, spec)
+        self.monitor.add(execution)
+        try:
+            return execution.run()
+        finally:
+            self.monitor.remove(execution)
+
+    def _execute_async(self, claim: Claim, spec: TaskDef) -> State | None:
+        from tasklab.runners.aio import run_async_execution
+
+        return asyncio.run(run_async_execution(self, claim, spec))
+
+    def _transactional_body(self, spec: TaskDef) -> Callable[[Any, Claim], Outcome]:
+        def body(port: Any, claim: Claim) -> Outcome:
+            ctx = TaskContext(_TxContextPort(port, claim, self.data_dir))
+            ctx._port.add_event("attempt", {"attempt": claim.attempt})
+            try:
+                value = spec.fn(ctx, **claim.payload)
+            except Cancelled:
+                return Outcome.cancelled(CancelReason.USER)
+            except Exception as exc:
+                from tasklab.core.policy import exception_outcome
+
+                return exception_outcome(
+                    exc,
+                    retry_on=spec.retry_on,
+                    attempt=claim.attempt,
+                    max_attempts=claim.max_attempts,
+                    cancel_requested=False,
+                    backoff=self.settings.backoff,
+                )
+            return result_outcome(value)
+
+        return body
+
+    def recover_running(self) -> builtins.list[str]:
+        """Exclusive recovery: raises `WorkerAlive` while another executor lives; else
+        settles every running/cancel_requested task as a lease expiry would."""
+        return self.store.recover_running(self.settings.backoff)
+
+    def prune_batches(
+        self,
+        older_than: timedelta | None = None,
+        *,
+        before: datetime | None = None,
+        batch: int = 500,
+    ) -> Iterator[dict[str, int]]:
+        """`prune` one transaction at a time: the running totals after each (the
+        caller may stop between them)."""
+        if (older_than is None) == (before is None):
+            raise InvalidPayload("prune takes one of older_than or before")
+        if older_than is not None and older_than < timedelta(0):
+            raise InvalidPayload("older_than must not be negative")
+        if before is not None and before.tzinfo is None:
+            raise InvalidPayload("before must be a timezone-aware time")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise InvalidPayload("batch must be an integer from 1 to 10000")
+        return self._prune_batches(older_than, before, batch)
+
+    def _prune_batches(
+        self, older_than: timedelta | None, before: datetime | None, batch: int
+    ) -> Iterator[dict[str, int]]:
+        try:
+            cutoff = before if before is not None else self.store.now() - older_than  # type: ignore[operator]
+        except OverflowError:  # older than the calendar: nothing is
+            return
+        totals = dict.fromkeys(PRUNED, 0)
+        while True:
+            gone = self.store.prune(cutoff, batch)
+            for table, n in gone.items():
+                totals[table] += n
+            yield dict(totals)
+            if gone["tasks"] < batch:
+                return
+
+    # ---- health --------------------------------------------------------------------
+    def count(self, name: str, n: int = 1) -> None:
+        try:
+            self.store.bump(name, n)
+        except Exception:  # noqa: S110 - a counter must never break the path it counts
+            pass
+
+    def count_stale_write(self) -> None:
+        self.count("rejected_stale_writes")
+
+    def close(self) -> None:
+        """Stop the monitor and close the store: calls in flight get the finalization
+        deadline to end, later ones (a task thread a worker left running) are refused
+        with `StoreError`, and the task is left to its lease."""
+        self.monitor.stop()
+        if self._store is not None:
+            self._store.close(self.settings.finalization)
+
+
+class HasEngine(Protocol):
+    """A `TaskApp`, as runners and services see it: something with an engine."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+
+EngineLike = Engine | HasEngine
+
+
+def as_engine(owner: EngineLike) -> Engine:
+    """The engine of a `TaskApp`, or the engine itself: runners and services are built
+    from either (the public API hands them an app)."""
+    engine = getattr(owner, "engine", owner)
+    if not isinstance(engine, Engine):
+        raise TypeError(f"expected a TaskApp or an Engine, got {type(owner).__name__}")
+    return engine
+
+
+class _TxContextPort:
+    """The context port of a transactional run: writes go into the open transaction;
+    nobody outside can see the task running, so there is no lease to renew."""
+
+    def __init__(self, port: Any, claim: Claim, data_dir: Any) -> None:
+        self._port = port
+        self.task_id = claim.task_id
+        self.attempt = claim.attempt
+        self.connection = port.connection
+        self.data_dir = data_dir
+
+    def cancel_requested(self) -> bool:
+        return False
+
+    def wait_cancel(self, timeout: float) -> bool:
+        import time
+
+        time.sleep(timeout)
+        return False
+
+    def add_event(self, etype: str, data: Any) -> None:
+        self._port.append_events([(etype, data)])
+
+    def add_text(self, text: str) -> None:
+        self._port.append_events([("chunk", {"text": text})])
+
+    def heartbeat(self) -> None:
+        return None
+
+    def effect_get(self, key: str) -> EffectRecord:
+        raise _no_effects()
+
+    def effect_start(self, key: str) -> None:
+        raise _no_effects()
+
+    def effect_done(self, key: str, result: Any) -> None:
+        raise _no_effects()
+
+
+def _no_effects() -> InvalidPayload:
+    return InvalidPayload(
+        "ctx.effect() is for leased tasks; a transactional task's effects are its own "
+        "database writes"
+    )

@@ -1,0 +1,41 @@
+"""The direction of imports: the execution machinery never reaches up to the facade.
+
+Runners, services, the execution, monitor, finisher and engine modules take an
+`Engine`; `TaskApp` (tasklab.app) is built on them, never the other way round — also
+not under `TYPE_CHECKING`. The core imports no I/O at all."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "tasklab"
+BELOW_THE_FACADE = [
+    *sorted((SRC / "runners").glob("*.py")),
+    *sorted((SRC / "service").glob("*.py")),
+    *(SRC / name for name in ("engine.py", "execution.py", "monitor.py", "finisher.py")),
+]
+IO_MODULES = {"sqlite3", "psycopg", "psycopg_pool", "socket", "asyncio", "httpx", "fastapi"}
+
+
+def imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", BELOW_THE_FACADE, ids=lambda p: p.name)
+def test_nothing_below_the_facade_imports_it(path):
+    assert "tasklab.app" not in imported(path), f"{path.name} reaches up to TaskApp"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "core").glob("*.py")), ids=lambda p: p.name)
+def test_the_core_does_no_io(path):
+    roots = {name.split(".")[0] for name in imported(path)}
+    assert not roots & IO_MODULES, f"core/{path.name} imports {roots & IO_MODULES}"
