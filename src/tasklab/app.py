@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -216,6 +217,16 @@ class TaskApp:
         items = [self.prepare(task, p, None, None) for p in payloads]
         return [snap.id for snap, _ in self.store.submit(items)]
 
+    def submit_prepared(
+        self, items: builtins.list[NewTask]
+    ) -> builtins.list[tuple[TaskSnapshot, bool]]:
+        """Insert tasks made by `prepare`, in one transaction (the servers' group commit)."""
+        return self.store.submit(items)
+
+    def submit_and_claim(self, item: NewTask) -> tuple[TaskSnapshot, bool, Claim | None]:
+        """A request-bound task: created and claimed for this process in one transaction."""
+        return self.store.submit_and_claim(item, self.owner, self.settings.lease)
+
     def query(self, task_id: str) -> TaskSnapshot:
         return self.store.get(task_id)
 
@@ -236,6 +247,38 @@ class TaskApp:
 
     def counts(self) -> dict[str, int]:
         return self.store.counts()
+
+    # ---- health, subscriptions, wake-ups: what the edges read ---------------------------
+    def counters(self) -> dict[str, int]:
+        """The recovery-health counters, kept in the store (every process sees the same)."""
+        return self.store.counters()
+
+    def workers(self) -> builtins.list[dict[str, Any]]:
+        return self.store.workers()
+
+    def webhooks(self) -> dict[str, int]:
+        """Subscribed webhook URLs and how many notifications each has still to get."""
+        return self.store.webhooks()
+
+    def unsubscribe(self, url: str) -> bool:
+        return self.store.unsubscribe(url)
+
+    def notification_lag(self, url: str) -> float:
+        return self.store.notification_lag(url)
+
+    def change_token(self) -> int:
+        """A token to wait on: `wait_change` returns once any commit came after it."""
+        return self.store.change_token()
+
+    def wait_change(self, token: int, timeout: float) -> int:
+        return self.store.wait_change(token, timeout)
+
+    def wake(self) -> None:
+        self.store.wake()
+
+    def executor_presence(self) -> AbstractContextManager[None]:
+        """Count as a live executor while inside (exclusive recovery refuses then)."""
+        return self.store.executor_presence()
 
     def cancel(self, task_id: str, reason: CancelReason = CancelReason.USER) -> CancelOutcome:
         """queued → cancelled; running → cancel_requested (the task stops at its next

@@ -22,13 +22,13 @@ class StoreCollector(Collector):
         self.webhooks = webhooks or []
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        counts = self.app.store.counts()
+        counts = self.app.counts()
         by_state = GaugeMetricFamily("tasklab_tasks", "Tasks by state.", labels=["state"])
         for state, n in counts.items():
             by_state.add_metric([state], n)
         yield by_state
         yield GaugeMetricFamily("tasklab_queue_depth", "Queued tasks.", value=counts["queued"])
-        for name, value in self.app.store.counters().items():
+        for name, value in self.app.counters().items():
             yield CounterMetricFamily(f"tasklab_{name}", f"Store counter {name}.", value=value)
         lag = GaugeMetricFamily(
             "tasklab_notification_lag_seconds",
@@ -36,7 +36,7 @@ class StoreCollector(Collector):
             labels=["url"],
         )
         for url in self.webhooks:
-            lag.add_metric([redact(url)], self.app.store.notification_lag(url))
+            lag.add_metric([redact(url)], self.app.notification_lag(url))
         yield lag
 
 

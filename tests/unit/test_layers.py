@@ -39,3 +39,18 @@ def test_nothing_below_the_facade_imports_it(path):
 def test_the_core_does_no_io(path):
     roots = {name.split(".")[0] for name in imported(path)}
     assert not roots & IO_MODULES, f"core/{path.name} imports {roots & IO_MODULES}"
+
+
+EDGES = [*sorted((SRC / "edges").rglob("*.py")), SRC / "metrics.py"]
+
+
+@pytest.mark.parametrize("path", EDGES, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_edge_reaches_into_the_store(path):
+    """The edges use the facade (`TaskApp`), never its store: what they need of it is
+    a method of the facade."""
+    reads = [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "store"
+    ]
+    assert reads == [], f"{path.name} reads .store at lines {reads}"

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Protocol
 
-from tasklab.store.base import Store
+
+class Changes(Protocol):
+    """What the hub waits on (a `TaskApp`: its store's change signal)."""
+
+    def change_token(self) -> int: ...
+    def wait_change(self, token: int, timeout: float) -> int: ...
+    def wake(self) -> None: ...
 
 
 class ChangeHub:
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
+    def __init__(self, changes: Changes, loop: asyncio.AbstractEventLoop) -> None:
+        self.changes = changes
         self.loop = loop
         self._event = asyncio.Event()
         self._stop = threading.Event()
@@ -20,9 +27,9 @@ class ChangeHub:
         self._thread.start()
 
     def _run(self) -> None:
-        token = self.store.change_token()
+        token = self.changes.change_token()
         while not self._stop.is_set():
-            fresh = self.store.wait_change(token, 0.5)
+            fresh = self.changes.wait_change(token, 0.5)
             if fresh != token:
                 token = fresh
                 try:
@@ -40,5 +47,5 @@ class ChangeHub:
 
     def close(self) -> None:
         self._stop.set()
-        self.store.wake()
+        self.changes.wake()
         self._thread.join(2)

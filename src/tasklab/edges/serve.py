@@ -145,10 +145,10 @@ class Service:
 
     async def start(self) -> Service:
         app, opts, state = self.app, self.opts, self.state
-        state.hub = ChangeHub(app.store, asyncio.get_running_loop())
+        state.hub = ChangeHub(app, asyncio.get_running_loop())
         # The server runs request-bound tasks itself: it is an executor for its whole
         # life (exclusive recovery must refuse while it lives), with or without a worker.
-        self._presence = app.store.executor_presence()
+        self._presence = app.executor_presence()
         await state.db(self._presence.__enter__)
         api = RequestGuard(asgi_app(state), opts.allowed_hosts, opts.allowed_origins)
         self.worker = None

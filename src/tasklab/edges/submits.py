@@ -81,7 +81,7 @@ class SubmitBatcher:
         if len(requests) > 1:
             try:
                 items = [app.prepare(*req) for req in requests]
-                return list(app.store.submit(items))
+                return list(app.submit_prepared(items))
             except SessionLost as exc:
                 # It may have committed: one at a time would insert each task again.
                 # Every caller hears it (HTTP 503) and may retry, safely with a key.
@@ -91,7 +91,7 @@ class SubmitBatcher:
         out: list[Submitted | Exception] = []
         for req in requests:
             try:
-                out.append(app.store.submit([app.prepare(*req)])[0])
+                out.append(app.submit_prepared([app.prepare(*req)])[0])
             except Exception as exc:
                 out.append(exc)
         return out

@@ -61,18 +61,17 @@ def watch_store(
 ) -> TaskSnapshot:
     """Follow from the database: wakes on every commit, ends after the terminal state
     has been read and every event before it shown."""
-    store = app.store
     snap = app.query(task_id)
     with _View(console, as_json) as view:
         view.last_seq = after
         while True:
-            token = store.change_token()
+            token = app.change_token()
             snap = app.query(task_id)  # read the state first: events up to it exist
             for ev in app.events(task_id, view.last_seq):
                 view.show(ev.to_json())
             if snap.terminal and not app.events(task_id, view.last_seq, limit=1):
                 break
-            store.wait_change(token, 0.5)
+            app.wait_change(token, 0.5)
     _summary(console, snap.to_json(), as_json)
     return snap
 

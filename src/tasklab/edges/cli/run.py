@@ -221,7 +221,7 @@ def demo(
             bars = {t: progress.add_task(t, total=1, state="queued") for t in ids}
             seen = dict.fromkeys(ids, 0)
             while True:
-                token = a.store.change_token()
+                token = a.change_token()
                 done = 0
                 for t in ids:
                     for ev in a.events(t, seen[t]):
@@ -237,7 +237,7 @@ def demo(
                     done += snap.terminal
                 if done == len(ids):
                     break
-                a.store.wait_change(token, 0.2)
+                a.wait_change(token, 0.2)
         for t in ids:
             top = a.query(t).result["top"][:3]
             out.print(f"{t}: top words {top}", highlight=False)

@@ -135,8 +135,8 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
     with _app(db, app) as a:
         doc: dict[str, Any] = {
             "counts": _guard(a.counts),
-            "counters": a.store.counters(),
-            "workers": a.store.workers(),
+            "counters": a.counters(),
+            "workers": a.workers(),
         }
         if as_json:
             out.print_json(json.dumps(doc))

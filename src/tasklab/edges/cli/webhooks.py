@@ -32,7 +32,7 @@ cli.add_typer(webhooks, name="webhooks")
 def webhooks_list(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
     """Subscribed URLs and how many notifications each has still to receive."""
     with _app(db, None) as a:
-        subscribed = _guard(a.store.webhooks)
+        subscribed = _guard(a.webhooks)
     if as_json:
         out.print_json(json.dumps(subscribed))
         return
@@ -46,7 +46,7 @@ def webhooks_list(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
 def webhooks_remove(url: str, db: Db = DEFAULT_DB) -> None:
     """Stop queueing notifications for URL and drop what it has still to receive."""
     with _app(db, None) as a:
-        removed = _guard(lambda: a.store.unsubscribe(url))
+        removed = _guard(lambda: a.unsubscribe(url))
     if not removed:
         _fail(TaskNotFound(f"no webhook subscription for {url!r}"), 2)
     out.print(f"removed {url}", highlight=False)

@@ -78,9 +78,7 @@ async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamRespon
             f"{bound.slots} request-bound tasks are running (--concurrency); try again later",
         )
     try:
-        snap, _created, claim = await state.db(
-            app.store.submit_and_claim, item, app.owner, app.settings.lease
-        )
+        snap, _created, claim = await state.db(app.submit_and_claim, item)
     except BaseException:
         bound.give_back()
         state.streams.release()

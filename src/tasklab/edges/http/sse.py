@@ -46,8 +46,8 @@ async def task_events(
     last = after
     while True:
         changed = hub.current()
-        snap: TaskSnapshot = await to_thread(app.store.get, task_id)
-        events: list[Event] = await to_thread(app.store.events, task_id, last, page)
+        snap: TaskSnapshot = await to_thread(app.query, task_id)
+        events: list[Event] = await to_thread(app.events, task_id, last, page)
         if events:
             # one write per page: fewer sends, and the disconnect listener gets a turn
             yield b"".join(format_event(ev) for ev in events)
