@@ -143,12 +143,8 @@ class Engine:
         spec = self.registry.get(claim.task)
         if spec.is_async:
             return self._execute_async(claim, spec)
-        execution = Execution(self, claim, spec)
-        self.monitor.add(execution)
-        try:
+        with self.monitor.watching(Execution(self, claim, spec)) as execution:
             return execution.run()
-        finally:
-            self.monitor.remove(execution)
 
     def _execute_async(self, claim: Claim, spec: TaskDef) -> State | None:
         from tasklab.runners.aio import run_async_execution

@@ -17,7 +17,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tasklab.core.models import Claim
@@ -94,6 +95,15 @@ class Monitor:
         with self._lock:
             if self._active.get(execution.task_id) is execution:
                 del self._active[execution.task_id]
+
+    @contextmanager
+    def watching(self, execution: Execution) -> Iterator[Execution]:
+        """Keep an execution's promises (deadline, heartbeats, flushes) while inside."""
+        self.add(execution)
+        try:
+            yield execution
+        finally:
+            self.remove(execution)
 
     def get(self, task_id: str) -> Execution | None:
         with self._lock:

@@ -117,8 +117,7 @@ async def run_async_execution(
         loop.call_soon_threadsafe(task.cancel)
 
     ex.stop_hooks.append(cancel_task)
-    engine.monitor.add(ex)
-    try:
+    with engine.monitor.watching(ex):
         try:
             fn = spec.async_fn or spec.fn
             value = await fn(AsyncTaskContext(ex, to_thread), **claim.payload)
@@ -142,8 +141,6 @@ async def run_async_execution(
         else:
             outcome = result_outcome(value)
         return await finalize(ex, outcome, to_thread, engine.settings.finalization)
-    finally:
-        engine.monitor.remove(ex)
 
 
 async def finalize(

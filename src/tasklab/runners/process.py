@@ -171,13 +171,9 @@ class ProcessTaskRunner(BaseRunner):
         spec = self.engine.registry.get(claim.task)
         if spec.transactional:
             return self.engine.execute(claim)
-        ex = Execution(self.engine, claim, spec)
-        self.engine.monitor.add(ex)
-        try:
+        with self.engine.monitor.watching(Execution(self.engine, claim, spec)) as ex:
             outcome = self._drive(ex, spec)
             return None if outcome is None else ex.settle(outcome)
-        finally:
-            self.engine.monitor.remove(ex)
 
     def _drive(self, ex: Execution, spec: TaskDef) -> Outcome | None:
         run = {
