@@ -291,6 +291,12 @@ class TaskApp:
         snapshot afterwards (unchanged if the task was not queued)."""
         return self.engine.run(task_id)
 
+    def run_pending(self, limit: int | None = None) -> int:
+        """Run the queued tasks that are runnable now, here and one at a time, until
+        none is left; returns how many ran. For your tests, with
+        `TaskApp("sqlite:///:memory:")` (a private store, gone at `close()`)."""
+        return self.engine.run_pending(limit)
+
     def claim_owner(self) -> str:
         return self.engine.claim_owner()
 

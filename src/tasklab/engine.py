@@ -53,6 +53,7 @@ class Engine:
         self.registry = registry
         self.data_dir = data_dir
         self._store: Store | None = store
+        self._opening = threading.RLock()
         self._finisher: Finisher | None = None
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -62,14 +63,23 @@ class Engine:
     def store(self) -> Store:
         """Opened on first use, so that importing a module that defines an app (for
         `--app module:attr`) touches no database."""
-        if self._store is None:
-            self._store = open_store(self.db, **self._store_options())
-        return self._store
+        store = self._store
+        if store is None:
+            # under a lock: threads that race to the first use (the servers' change hub
+            # and their database threads) must open one store, not one each
+            with self._opening:
+                if self._store is None:
+                    self._store = open_store(self.db, **self._store_options())
+                store = self._store
+        return store
 
     @property
     def finisher(self) -> Finisher:
         if self._finisher is None:
-            self._finisher = Finisher(self.store, lost_retry_for=self.settings.lease / 2)
+            with self._opening:  # one group commit per process, whoever comes first
+                if self._finisher is None:
+                    store = self.store
+                    self._finisher = Finisher(store, lost_retry_for=self.settings.lease / 2)
         return self._finisher
 
     def _store_options(self) -> dict[str, Any]:
@@ -100,6 +110,25 @@ class Engine:
                 if claim is not None:
                     self.execute(claim)
         return self.store.get(task_id)
+
+    def run_pending(self, limit: int | None = None) -> int:
+        """Run queued tasks that are runnable now, one at a time in this thread, until
+        none is left (or `limit` ran); returns how many ran. For tests: what a worker
+        would do, without threads — a task's retry waits for its backoff as usual."""
+        leased = [t.name for t in self.registry.all() if not t.transactional]
+        transactional = [t.name for t in self.registry.all() if t.transactional]
+        ran = 0
+        with self.store.executor_presence():
+            while limit is None or ran < limit:
+                claims = self.store.claim(leased, 1, self.claim_owner(), self.settings.lease)
+                if claims:
+                    self.execute(claims[0])
+                elif ids := self.store.queued_ids(transactional, 1):
+                    self.run(ids[0])
+                else:
+                    return ran
+                ran += 1
+        return ran
 
     # ---- claims whose answer is lost -----------------------------------------------
     def claim_owner(self) -> str:

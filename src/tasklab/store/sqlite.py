@@ -15,7 +15,9 @@ import fcntl
 import json
 import os
 import queue
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +62,14 @@ class SQLiteStore(SqlStore):
         super().__init__()
         if durability not in ("full", "normal"):
             raise ValueError("durability is 'full' or 'normal'")
+        # `:memory:` (for users' tests, one process): a file in a private temporary
+        # directory, removed at close — a real SQLite memory database is one per
+        # connection, and a shared-cache one locks tables instead of waiting
+        self._scratch: str | None = None
+        if str(path) == ":memory:":
+            self._scratch = tempfile.mkdtemp(prefix="tasklab-memory-")
+            path = Path(self._scratch) / "tasklab.db"
+            durability = "normal"  # nothing outlives the process anyway
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         self.durability = durability
@@ -283,6 +293,8 @@ class SQLiteStore(SqlStore):
                 except sqlite3.Error:
                     pass
             self._all_conns = [c for c in self._all_conns if c not in closing]
+        if self._scratch is not None and drained:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _statements(script: str) -> list[str]:
