@@ -44,7 +44,7 @@ def test_an_executor_takes_its_presence_lock_again_when_its_session_dies(pg_url,
             wait_for(lambda: len(h := _presence_holders(admin)) == 1 and h != [first], timeout=10)
             with pytest.raises(WorkerAlive):  # still alive, and recovery knows it
                 other.recover_running()
-        # a closed session's backend lets go a moment after the client has hung up
+        # unlocked before the hang-up: free at once
         wait_for(lambda: _presence_holders(admin) == [], timeout=10)
         assert other.recover_running() == []
     finally:

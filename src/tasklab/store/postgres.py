@@ -8,6 +8,7 @@ store LISTENs; triggers NOTIFY the task id at commit, and local waiters are woke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import sys
@@ -176,7 +177,7 @@ class PostgresStore(SqlStore):
 
     # ---- liveness ------------------------------------------------------------------
     def _hold_presence(self) -> _Presence:
-        return _Presence(self._presence_session)
+        return _Presence(self._presence_session, unlock=self.q["presence_unlock"])
 
     def _presence_session(self) -> psycopg.Connection[Any]:
         conn = self._dedicated()
@@ -279,9 +280,13 @@ class _Presence:
     kept short rather than trusted."""
 
     def __init__(
-        self, connect: Callable[[], psycopg.Connection[Any]], check_every: float = 1.0
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        unlock: str,
+        check_every: float = 1.0,
     ) -> None:
         self._connect = connect
+        self._unlock = unlock
         self._conn: psycopg.Connection[Any] | None = connect()
         self._every = check_every
         self.renewed = 0
@@ -310,7 +315,12 @@ class _Presence:
         self._stop.set()
         self._thread.join()
         if self._conn is not None:
-            self._conn.close()  # the session's advisory locks go with it
+            # Unlocked before the hang-up: a closed session's backend lets go of its
+            # locks only a moment later, and a recovery right after this executor left
+            # would still find it alive (WorkerAlive).
+            with contextlib.suppress(psycopg.Error):
+                self._conn.execute(self._unlock)
+            self._conn.close()
 
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
