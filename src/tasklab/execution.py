@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.context import TaskContext
 from tasklab.core.jsontext import dumps
@@ -22,9 +22,14 @@ from tasklab.core.policy import exception_outcome
 from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, ErrorCode, State
 from tasklab.errors import Cancelled, LeaseLost, SessionLost, TasklabError
+from tasklab.store.roles import Effects, Leases, TaskReads
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
+
+
+class _ExecutionStore(Leases, Effects, TaskReads, Protocol):
+    """The store roles used here: fenced writes, the effect journal, the stored events."""
 
 
 class Execution:
@@ -34,7 +39,7 @@ class Execution:
 
     def __init__(self, engine: Engine, claim: Claim, task: TaskDef) -> None:
         self.engine = engine
-        self.store = engine.store
+        self.store: _ExecutionStore = engine.store
         self.claim = claim
         self.task = task
         self.data_dir = engine.data_dir

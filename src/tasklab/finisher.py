@@ -23,7 +23,7 @@ from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
 from tasklab.errors import SessionLost
 from tasklab.retrying import retried
-from tasklab.store.base import Store
+from tasklab.store.roles import Leases
 
 
 class Refiller(Protocol):
@@ -68,7 +68,7 @@ class _Item:
 
 
 class Finisher:
-    def __init__(self, store: Store, max_batch: int = 256, lost_retry_for: float = 5.0) -> None:
+    def __init__(self, store: Leases, max_batch: int = 256, lost_retry_for: float = 5.0) -> None:
         self.store = store
         self.max_batch = max_batch
         # how long a write whose session broke is tried again on new ones (a server

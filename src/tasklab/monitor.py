@@ -19,10 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.models import Claim
 from tasklab.core.states import CancelReason, State
+from tasklab.store.roles import Signals, Submits, TaskReads
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
@@ -34,6 +35,10 @@ TICK = 0.005
 # commit; at most every 10 ms is prompt enough for a cancel and cheap under load.
 CANCEL_CHECK = 0.01
 IO_THREADS = 8
+
+
+class _MonitorStore(Submits, TaskReads, Signals, Protocol):
+    """The store roles used here: deadline cancels, the states of running tasks, wake-ups."""
 
 
 class IoThreads:
@@ -67,6 +72,10 @@ class IoThreads:
 
 
 class Monitor:
+    @property
+    def store(self) -> _MonitorStore:
+        return self.engine.store
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._active: dict[str, Execution] = {}
@@ -142,7 +151,7 @@ class Monitor:
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
-        token = self.engine.store.change_token()
+        token = self.store.change_token()
         next_check = 0.0
         while not self._stopped:
             self._wake.wait(TICK)
@@ -162,7 +171,7 @@ class Monitor:
                 if age < quiet and (ex.task.timeout is None or age <= ex.task.timeout):
                     continue
                 self._tend(ex, now)
-            fresh = self.engine.store.change_token()
+            fresh = self.store.change_token()
             if fresh != token and now >= next_check:
                 token = fresh
                 next_check = now + CANCEL_CHECK
@@ -198,11 +207,11 @@ class Monitor:
 
     def _deadline_cancel(self, ex: Execution) -> None:
         # recorded first: the task's cancelled outcome settles from cancel_requested
-        self.engine.store.cancel(ex.task_id, CancelReason.DEADLINE)
+        self.store.cancel(ex.task_id, CancelReason.DEADLINE)
         ex.request_stop(CancelReason.DEADLINE)
 
     def _deliver_cancels(self, active: list[Execution]) -> None:
-        states = self.engine.store.states_of([ex.task_id for ex in active])
+        states = self.store.states_of([ex.task_id for ex in active])
         for ex in active:
             if states.get(ex.task_id) is State.CANCEL_REQUESTED and not ex.cancel_flag.is_set():
                 ex.request_stop(None)

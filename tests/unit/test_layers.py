@@ -54,3 +54,42 @@ def test_no_edge_reaches_into_the_store(path):
         if isinstance(node, ast.Attribute) and node.attr == "store"
     ]
     assert reads == [], f"{path.name} reads .store at lines {reads}"
+
+
+def imported_names(path: Path, module_prefix: str) -> set[str]:
+    return {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(module_prefix)
+        for alias in node.names
+    }
+
+
+# who may name the whole store contract: its owner (the engine), the facade that hands
+# it to users (`app.store`), and the stores themselves
+WHOLE_STORE_ALLOWED = {"engine.py", "app.py"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(SRC.rglob("*.py")) if SRC / "store" not in p.parents],
+    ids=lambda p: str(p.relative_to(SRC)),
+)
+def test_consumers_name_the_store_roles_they_use(path):
+    """A consumer of the store names its roles (`Leases`, `Outbox`, … in
+    store/roles.py), not the 45-method union: a new capability then shows in the
+    import lines which part of the store it touches."""
+    if path.name in WHOLE_STORE_ALLOWED and path.parent == SRC:
+        return
+    assert "Store" not in imported_names(path, "tasklab.store"), (
+        f"{path.relative_to(SRC)} imports the whole Store contract; name its roles"
+    )
+
+
+def test_each_store_role_module_is_small():
+    """The SQL store is split by role: no module of store/ grows past ~400 lines."""
+    sizes = {
+        str(p.relative_to(SRC)): len(p.read_text().splitlines())
+        for p in (SRC / "store").rglob("*.py")
+    }
+    assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tasklab.store.sqlstore import _TaskIds
+from tasklab.store.ids import _TaskIds
 
 
 def test_ids_increase_within_a_millisecond_and_when_the_clock_steps_back(monkeypatch):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -21,11 +21,16 @@ from tasklab.core.policy import Backoff
 from tasklab.engine import as_engine
 from tasklab.errors import TasklabError
 from tasklab.redact import redact
+from tasklab.store.roles import Outbox, Signals, TaskReads
 
 if TYPE_CHECKING:
     from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.outbox")
+
+
+class _DispatchStore(Outbox, TaskReads, Signals, Protocol):
+    """The store roles used here: the outbox rows, the task each one tells of, wake-ups."""
 
 
 def check_webhook_url(url: str) -> str:
@@ -41,6 +46,10 @@ def check_webhook_url(url: str) -> str:
 
 
 class Dispatcher:
+    @property
+    def store(self) -> _DispatchStore:
+        return self.engine.store
+
     def __init__(
         self,
         app: EngineLike,
@@ -67,13 +76,13 @@ class Dispatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self.engine.store.wake()
+        self.store.wake()
         if self._thread is not None:
             self._thread.join(10)
         self._client.close()
 
     def _loop(self) -> None:
-        store = self.engine.store
+        store = self.store
         while not self._stop.is_set():
             token = store.change_token()
             try:
@@ -89,7 +98,7 @@ class Dispatcher:
 
     def _subscribe(self) -> None:
         if not self._subscribed:
-            self.engine.store.subscribe(self.urls)
+            self.store.subscribe(self.urls)
             self._subscribed = True
 
     def deliver_once(self) -> int:
@@ -97,7 +106,7 @@ class Dispatcher:
         self._subscribe()
         attempted = 0
         for url in self.urls:
-            for item in self.engine.store.outbox_pending(url, self.batch):
+            for item in self.store.outbox_pending(url, self.batch):
                 if self._stop.is_set():
                     return attempted
                 attempted += 1
@@ -106,7 +115,7 @@ class Dispatcher:
 
     def _deliver(self, url: str, item: dict[str, Any]) -> None:
         event_id = str(item["event_id"])
-        snapshot = self.engine.store.get(str(item["task_id"]))
+        snapshot = self.store.get(str(item["task_id"]))
         body = json.dumps({"event_id": event_id, "task": snapshot.to_json()})
         error: str | None = None
         try:
@@ -123,7 +132,7 @@ class Dispatcher:
         ok = error is None
         delay = 0.0 if ok else self.backoff.delay(attempts)
         try:
-            self.engine.store.record_delivery(event_id, url, ok, delay, error)
+            self.store.record_delivery(event_id, url, ok, delay, error)
         except TasklabError as exc:
             # Sent but not recorded: it will be sent again, with the same event id.
             log.warning("outbox: delivery of %s to %s not recorded: %s", event_id, url, exc)

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.models import Claim, ClaimRequest
 from tasklab.core.states import CancelReason
@@ -25,6 +25,7 @@ from tasklab.engine import as_engine
 from tasklab.errors import QueueFull, SessionLost, ShuttingDown, TasklabError
 from tasklab.runners import make_runner
 from tasklab.service.retention import Retention
+from tasklab.store.roles import Leases, Recovery, Signals
 
 if TYPE_CHECKING:
     from tasklab.engine import EngineLike
@@ -32,7 +33,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("tasklab.worker")
 
 
+class _WorkerStore(Leases, Recovery, Signals, Protocol):
+    """The store roles used here: claims, the reaper and the workers table, wake-ups."""
+
+
 class Worker:
+    @property
+    def store(self) -> _WorkerStore:
+        return self.engine.store
+
     def __init__(
         self,
         app: EngineLike,
@@ -67,7 +76,7 @@ class Worker:
     # ---- lifetime ------------------------------------------------------------------
     def start(self) -> Worker:
         self.runner.__enter__()  # takes the liveness lock for as long as we run
-        self.engine.store.register_worker(self.id)
+        self.store.register_worker(self.id)
         if self.runner.adopts and self.leased_names:
             self.engine.finisher.refillers.append(self)
         self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop", daemon=True)
@@ -92,7 +101,7 @@ class Worker:
         self._stop.set()
         if self in self.engine.finisher.refillers:
             self.engine.finisher.refillers.remove(self)
-        self.engine.store.wake()
+        self.store.wake()
         if self._thread is not None:
             self._thread.join()
         released = self.runner.cancel_unstarted()  # their callbacks release the claims
@@ -121,7 +130,7 @@ class Worker:
         if self.retention is not None:
             self.retention.stop()
         try:
-            self.engine.store.unregister_worker(self.id)
+            self.store.unregister_worker(self.id)
         except TasklabError:
             pass
         return {
@@ -153,7 +162,7 @@ class Worker:
                 self.claimed += 1
             except Exception:  # not started (stopping, or the pool is gone): give it back
                 try:
-                    self.engine.store.release(claim)
+                    self.store.release(claim)
                 except TasklabError:
                     pass  # the lease will expire and the reaper will requeue or fail it
 
@@ -164,7 +173,7 @@ class Worker:
             from tasklab.runners.thread import pin_this_thread
 
             pin_this_thread(self.pin_cpu)
-        store, settings = self.engine.store, self.engine.settings
+        store, settings = self.store, self.engine.settings
         next_reap = 0.0
         while not self._stop.is_set():
             token = store.change_token()
@@ -197,7 +206,7 @@ class Worker:
         for fut, work in self.runner.in_flight():
             if isinstance(work, Claim) and not fut.running() and not fut.done():
                 sent = time.monotonic()
-                if self.engine.store.heartbeat(work, self.engine.settings.lease) is None:
+                if self.store.heartbeat(work, self.engine.settings.lease) is None:
                     fut.cancel()
                 else:  # its execution's local lease deadline counts from here
                     self.engine.monitor.note_renewal(work, sent)
@@ -207,9 +216,7 @@ class Worker:
             return 0
         owner = self.engine.claim_owner()
         try:
-            claims = self.engine.store.claim(
-                self.leased_names, free, owner, self.engine.settings.lease
-            )
+            claims = self.store.claim(self.leased_names, free, owner, self.engine.settings.lease)
         except SessionLost:
             self.engine.release_lost_claims(owner)
             raise
@@ -218,11 +225,11 @@ class Worker:
                 self.runner.submit_claim(claim)
                 self.claimed += 1
             except (QueueFull, ShuttingDown):
-                self.engine.store.release(claim)
+                self.store.release(claim)
         got = len(claims)
         free -= got
         if free > 0 and self.tx_names:
-            for task_id in self.engine.store.queued_ids(self.tx_names, free):
+            for task_id in self.store.queued_ids(self.tx_names, free):
                 try:
                     self.runner.submit(task_id)
                     got += 1

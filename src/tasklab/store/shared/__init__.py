@@ -1,0 +1,1 @@
+"""The store roles written once for both SQL dialects (see sqlstore.py)."""

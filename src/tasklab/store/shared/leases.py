@@ -1,0 +1,164 @@
+"""Leases: claiming, renewing, fenced events and terminal writes (alone, grouped, with
+the next claims), giving claims back."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tasklab._types import PendingEvent
+from tasklab.core.models import (
+    Claim,
+    ClaimRequest,
+    Outcome,
+)
+from tasklab.core.policy import settle
+from tasklab.core.states import State
+from tasklab.errors import LeaseLost
+from tasklab.store.ids import new_event_id
+from tasklab.store.shared.core import SqlCore, lease_lost
+
+
+class SqlLeases(SqlCore):
+    """The `Leases` role."""
+
+    def claim(self, names: list[str], limit: int, owner: str, lease: float) -> list[Claim]:
+        if not names or limit <= 0:
+            return []
+        request = ClaimRequest(names, limit, owner, lease)
+        sent = time.monotonic()
+        rows = self._write_steps([("claim_next", self._claim_params(request))])[0]
+        self.faults.check("claim_answer")
+        return [self._claim(r, owner, sent) for r in rows]
+
+    def _claim_params(self, r: ClaimRequest) -> dict[str, Any]:
+        return {
+            "names": self._list_param(r.names),
+            "limit": r.limit,
+            "owner": r.owner,
+            "lease": r.lease,
+        }
+
+    def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
+        sent = time.monotonic()
+        with self._write() as conn:
+            row = self._one(conn, "claim_id", id=task_id, owner=owner, lease=lease)
+        self.faults.check("claim_answer")
+        return self._claim(row, owner, sent) if row else None
+
+    def queued_ids(self, names: list[str], limit: int) -> list[str]:
+        if not names:
+            return []
+        with self._read() as conn:
+            rows = self._all(conn, "queued_ids", names=self._list_param(names), limit=limit)
+        return [r["id"] for r in rows]
+
+    def seconds_until_runnable(self, names: list[str]) -> float | None:
+        if not names:
+            return None
+        with self._read() as conn:
+            row = self._one(conn, "next_run_after", names=self._list_param(names))
+        return None if row is None or row["wait"] is None else max(0.0, float(row["wait"]))
+
+    def heartbeat(self, claim: Claim, lease: float) -> State | None:
+        """Renew the lease; the answer carries a pending cancel. None: authority lost."""
+        with self._write() as conn:
+            self.faults.check("heartbeat")
+            row = self._one(conn, "heartbeat", id=claim.task_id, epoch=claim.epoch, lease=lease)
+        return State(row["state"]) if row else None
+
+    def append_events(self, claim: Claim, events: list[PendingEvent]) -> int:
+        with self._write() as conn:
+            self.faults.check("append_events")
+            row = self._fenced(conn, claim, events)
+        self.faults.check("append_events_answer")
+        return int(row["event_seq"])
+
+    def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
+        """Flush the last events and commit the outcome, fenced, in one transaction; a
+        terminal state inserts its outbox row in the same transaction."""
+        result = self.finish_many([(claim, outcome, events)])[0]
+        if isinstance(result, LeaseLost):
+            raise result
+        return result
+
+    def finish_many(
+        self, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
+    ) -> list[State | LeaseLost]:
+        """Several terminal writes in one transaction (group commit). Each is fenced on
+        its own: one that lost its authority writes nothing and answers LeaseLost."""
+        return self.finish_and_claim(items, None)[0]
+
+    def finish_and_claim(
+        self, items: list[tuple[Claim, Outcome, list[PendingEvent]]], refill: ClaimRequest | None
+    ) -> tuple[list[State | LeaseLost], list[Claim]]:
+        """`finish_many`, and in the same transaction claim the next tasks for the slots
+        these executions are about to free: one commit per cycle instead of two."""
+        sent = time.monotonic()
+        with self._write() as conn:
+            results = self._finish_in(conn, items)
+            self.faults.check("finish")
+            rows = self._all(conn, "claim_next", **self._claim_params(refill)) if refill else []
+        self.faults.check("finish_answer")
+        return results, [self._claim(r, refill.owner, sent) for r in rows] if refill else []
+
+    def _finish_in(
+        self, conn: Any, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
+    ) -> list[State | LeaseLost]:
+        """A batch in four statements whatever its size (four round trips on
+        PostgreSQL): one fencing UPDATE for every claim, then the events, the settlements
+        and the outbox rows as `executemany`s (the fence holds each row until the
+        commit, so the settlements cannot miss)."""
+        if len(items) == 1:
+            return self._finish_one(conn, *items[0])
+        results: list[State | LeaseLost] = []
+        events: list[dict[str, Any]] = []
+        settles: list[dict[str, Any]] = []
+        outbox: list[dict[str, Any]] = []
+        fence = [(c.task_id, c.epoch, len(evs)) for c, _, evs in items]
+        rows = self._all(conn, "fence_many", **self._fence_many_params(fence))
+        fenced = {(r["id"], r["epoch"]): r for r in rows}
+        for claim, outcome, evs in items:
+            row = fenced.get((claim.task_id, claim.epoch))
+            if row is None:
+                results.append(lease_lost(claim))
+                continue
+            events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
+            current = State(row["state"])
+            settled = settle(current, outcome)
+            settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
+            if settled.state.terminal:
+                outbox.append({"event_id": new_event_id(), "task_id": claim.task_id})
+            results.append(settled.state)
+        for query, params in (
+            ("insert_event", events),
+            ("finish", settles),
+            ("insert_outbox", outbox),
+        ):
+            if params:
+                self._executemany(conn, query, params)
+        return results
+
+    def _finish_one(
+        self, conn: Any, claim: Claim, outcome: Outcome, events: list[PendingEvent]
+    ) -> list[State | LeaseLost]:
+        row = self._fence(conn, claim, events)
+        if row is None:
+            return [lease_lost(claim)]
+        current = State(row["state"])
+        settled = settle(current, outcome)
+        self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
+        return [settled.state]
+
+    def release(self, claim: Claim) -> bool:
+        with self._write() as conn:
+            return bool(self._x(conn, "release", id=claim.task_id, epoch=claim.epoch).rowcount)
+
+    def release_owned(self, owner: str) -> list[str]:
+        """Give back every running claim whose lease owner is exactly `owner` (one
+        claim call's, none of them started); their ids."""
+        with self._write() as conn:
+            ids = [r["id"] for r in self._all(conn, "release_owned", owner=owner)]
+            if ids:
+                self._x(conn, "bump_counter", name="lost_claims_released", n=len(ids))
+        return ids

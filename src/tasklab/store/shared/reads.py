@@ -1,0 +1,76 @@
+"""TaskReads: snapshots, pages, counts, events, the database clock."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from tasklab.core.models import (
+    Event,
+    Page,
+    TaskSnapshot,
+)
+from tasklab.core.states import State
+from tasklab.errors import TaskNotFound
+from tasklab.store.ids import decode_cursor, encode_cursor
+from tasklab.store.shared.core import SqlCore
+
+
+class SqlReads(SqlCore):
+    """The `TaskReads` role."""
+
+    def get(self, task_id: str) -> TaskSnapshot:
+        with self._read() as conn:
+            row = self._one(conn, "get_task", id=task_id)
+        if row is None:
+            raise TaskNotFound(f"no task with id {task_id!r}")
+        return self._snapshot(row)
+
+    def page(self, state: State | None, limit: int, cursor: str | None) -> Page:
+        limit = max(1, min(int(limit), 1000))
+        after = decode_cursor(cursor)
+        with self._read() as conn:
+            rows = self._all(
+                conn,
+                "list_tasks",
+                state=state.value if state else None,
+                cursor=after,
+                limit=limit + 1,
+            )
+        items = [self._snapshot(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        return Page(items, encode_cursor(items[-1].id) if more and items else None)
+
+    def counts(self) -> dict[str, int]:
+        with self._read() as conn:
+            rows = self._all(conn, "count_states")
+        counts = {s.value: 0 for s in State}
+        counts.update({r["state"]: int(r["n"]) for r in rows})
+        return counts
+
+    def states_of(self, task_ids: list[str]) -> dict[str, State]:
+        if not task_ids:
+            return {}
+        with self._read() as conn:
+            rows = self._all(conn, "states_of", ids=self._list_param(task_ids))
+        return {r["id"]: State(r["state"]) for r in rows}
+
+    def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        with self._read() as conn:
+            rows = self._all(conn, "events_after", task_id=task_id, after=after, limit=limit)
+        return [
+            Event(
+                r["task_id"],
+                r["seq"],
+                r["attempt"],
+                r["type"],
+                json.loads(r["data"]),
+                self._at(r["at"]),
+            )
+            for r in rows
+        ]
+
+    def now(self) -> datetime:
+        """The database clock."""
+        with self._read() as conn:
+            return self._at(self._one(conn, "now")["now"])  # type: ignore[index]

@@ -1,0 +1,76 @@
+"""Recovery: the reaper, exclusive recovery, the workers table."""
+
+from __future__ import annotations
+
+import os
+
+from tasklab.core.models import (
+    JSON,
+    Expired,
+)
+from tasklab.core.policy import Backoff, expiry_outcome, settle
+from tasklab.core.states import State
+from tasklab.store.shared.core import SqlCore
+
+
+class SqlRecovery(SqlCore):
+    """The `Recovery` role."""
+
+    def expire(self, backoff: Backoff) -> list[str]:
+        """The reaper: settle tasks whose lease ran out, by the lease-expiry policy."""
+        resolved = self._resolve("expired", backoff, exclusive=False)
+        if resolved:
+            self.bump("expired_leases", len(resolved))
+        return resolved
+
+    def recover_running(self, backoff: Backoff) -> list[str]:
+        """Exclusive recovery: with no executor alive, settle every live task now."""
+        with self._exclusive():
+            resolved = self._resolve("live", backoff, exclusive=True)
+            with self._write() as conn:
+                self._x(conn, "clear_workers")
+        return resolved
+
+    def _resolve(self, query: str, backoff: Backoff, *, exclusive: bool) -> list[str]:
+        resolved: list[str] = []
+        while True:
+            with self._write() as conn:
+                rows = self._all(conn, query, limit=500)
+                for r in rows:
+                    task = Expired(
+                        r["id"],
+                        r["epoch"],
+                        State(r["state"]),
+                        r["attempt"],
+                        r["max_attempts"],
+                        bool(r["retry_safe"]),
+                        bool(r["request_bound"]),
+                    )
+                    settled = settle(task.state, expiry_outcome(task, backoff))
+                    if self._apply(
+                        conn,
+                        task.task_id,
+                        task.epoch,
+                        task.state,
+                        settled,
+                        "resolve_expired",
+                        exclusive=exclusive,
+                    ):
+                        resolved.append(task.task_id)
+            if len(rows) < 500:
+                return resolved
+
+    def register_worker(self, worker_id: str) -> None:
+        with self._write() as conn:
+            self._x(
+                conn, "register_worker", id=worker_id, host=os.uname().nodename, pid=os.getpid()
+            )
+
+    def unregister_worker(self, worker_id: str) -> None:
+        with self._write() as conn:
+            self._x(conn, "unregister_worker", id=worker_id)
+
+    def workers(self) -> list[dict[str, JSON]]:
+        with self._read() as conn:
+            rows = self._all(conn, "list_workers")
+        return [{"id": r["id"], "host": r["host"], "pid": r["pid"]} for r in rows]

@@ -1,0 +1,138 @@
+"""Submits: new tasks (one, many, idempotent), request-bound create-and-claim, cancel."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from tasklab._types import Row
+from tasklab.core.models import (
+    CancelOutcome,
+    Claim,
+    NewTask,
+    TaskSnapshot,
+)
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import IdempotencyConflict, TaskNotFound
+from tasklab.store.ids import new_event_id, new_task_id
+from tasklab.store.shared.core import SqlCore
+
+
+class SqlSubmits(SqlCore):
+    """The `Submits` role."""
+
+    def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
+        """Insert every item in one transaction. An existing idempotency key answers the
+        existing task (same name and payload) or raises IdempotencyConflict."""
+        if len(items) == 1:  # the common case, in one round trip where it can be
+            item = items[0]
+            params = self._insert_params(item)
+            inserted = self._write_steps([("insert_task", params)])[0]
+            self.faults.check("submit_answer")
+            if inserted:
+                return [(self._fresh(item, params, inserted[0]), True)]
+            # ON CONFLICT DO NOTHING: the key is taken, by a committed task (the insert
+            # waited for a concurrent one); answer it rather than insert a second time
+            with self._read() as conn:
+                existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+            self._existing(existing, item, item.payload_text())
+            return [(self._snapshot(existing), False)]
+        with self._write() as conn:
+            if len(items) > 1 and all(i.idempotency_key is None for i in items):
+                batch = [self._insert_params(i) for i in items]
+                rows = self._insert_batch(conn, batch)
+                out = [
+                    (self._fresh(i, p, r), True) for i, p, r in zip(items, batch, rows, strict=True)
+                ]
+            else:
+                out = [self._insert(conn, item) for item in items]
+        self.faults.check("submit_answer")
+        return out
+
+    @staticmethod
+    def _insert_params(item: NewTask) -> dict[str, Any]:
+        return {
+            "id": new_task_id(),
+            "task": item.task,
+            "payload": item.payload_text(),
+            "max_attempts": item.max_attempts,
+            "retry_safe": item.retry_safe,
+            "request_bound": item.request_bound,
+            "timeout": item.timeout,
+            "idempotency_key": item.idempotency_key,
+        }
+
+    def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:
+        """The snapshot of a task just inserted: everything but the database's clock
+        readings is known here, so the insert returns only those."""
+        return TaskSnapshot(
+            id=params["id"],
+            task=item.task,
+            payload=item.payload,
+            state=State.QUEUED,
+            attempt=0,
+            max_attempts=item.max_attempts,
+            result=None,
+            error=None,
+            cancel_reason=None,
+            idempotency_key=item.idempotency_key,
+            created_at=self._at(row["created_at"]),
+            started_at=None,
+            finished_at=None,
+            lease_owner=None,
+            lease_until=None,
+            run_after=self._dt(row["run_after"]),
+        )
+
+    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Row]:
+        """Many new tasks without idempotency keys (a store may pipeline them)."""
+        return [self._one(conn, "insert_task", **params) for params in batch]
+
+    def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
+        params = self._insert_params(item)
+        row = self._one(conn, "insert_task", **params)
+        if row is not None:
+            return self._fresh(item, params, row), True
+        # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
+        # concurrent submit, which this statement waited for).
+        existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+        self._existing(existing, item, item.payload_text())
+        return self._snapshot(existing), False
+
+    @staticmethod
+    def _existing(row: Row, item: NewTask, payload: str) -> None:
+        if row["task"] != item.task or json.loads(row["payload"]) != json.loads(payload):
+            raise IdempotencyConflict(
+                f"idempotency key {item.idempotency_key!r} belongs to task {row['id']} "
+                "with a different task name or payload"
+            )
+
+    def submit_and_claim(
+        self, item: NewTask, owner: str, lease: float
+    ) -> tuple[TaskSnapshot, bool, Claim | None]:
+        """A request-bound task: created and claimed by its request in one transaction,
+        so that no worker can take it in between (workers never claim such tasks)."""
+        sent = time.monotonic()
+        with self._write() as conn:
+            snap, created = self._insert(conn, item)
+            claimed = self._one(conn, "claim_id", id=snap.id, owner=owner, lease=lease)
+            if claimed is not None:
+                snap = self._snapshot(self._one(conn, "get_task", id=snap.id))
+        claim = self._claim(claimed, owner, sent) if claimed is not None else None
+        return snap, created, claim
+
+    def cancel(self, task_id: str, reason: CancelReason) -> CancelOutcome:
+        """queued → cancelled (terminal, outbox row); running → cancel_requested;
+        cancel_requested → accepted, unchanged; terminal → not accepted."""
+        with self._write() as conn:
+            if self._x(conn, "cancel_queued", id=task_id, reason=reason.value).rowcount:
+                self._x(conn, "insert_outbox", event_id=new_event_id(), task_id=task_id)
+                return CancelOutcome(True, State.CANCELLED)
+            if self._x(conn, "cancel_running", id=task_id, reason=reason.value).rowcount:
+                return CancelOutcome(True, State.CANCEL_REQUESTED)
+            row = self._one(conn, "get_task", id=task_id)
+        if row is None:
+            raise TaskNotFound(f"no task with id {task_id!r}")
+        state = State(row["state"])
+        return CancelOutcome(state is State.CANCEL_REQUESTED, state)
