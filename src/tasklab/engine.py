@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 from tasklab.config import Settings
 from tasklab.core.context import TaskContext
+from tasklab.core.ending import AttemptFacts, call_ending, outcome_of
 from tasklab.core.models import CancelOutcome, Claim, EffectRecord, Outcome, TaskSnapshot
 from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.states import CancelReason, State
-from tasklab.errors import Cancelled, InvalidPayload, SessionLost, TasklabError
-from tasklab.execution import Execution, result_outcome
+from tasklab.errors import InvalidPayload, LeaseLost, SessionLost, TasklabError
+from tasklab.execution import Execution
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.retrying import retried
@@ -98,18 +99,25 @@ class Engine:
         return out
 
     # ---- executing -----------------------------------------------------------------
-    def run(self, task_id: str) -> TaskSnapshot:
-        """Claim the given queued task, execute it here, settle it; returns the
-        snapshot afterwards (unchanged if the task was not queued)."""
-        spec = self.registry.get(self.store.get(task_id).task)
+    def run(self, task_id: str, execute: Callable[[Claim], object] | None = None) -> TaskSnapshot:
+        """Claim the given queued task, execute it (here, or with a runner's `execute`),
+        settle it; returns the snapshot afterwards (unchanged if it was not queued)."""
         with self.store.executor_presence():
-            if spec.transactional:
-                self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
-            else:
-                claim = self.claim_task(task_id)
-                if claim is not None:
-                    self.execute(claim)
+            claim = self.take(task_id)
+            if claim is not None:
+                (execute or self.execute)(claim)
         return self.store.get(task_id)
+
+    def take(self, task_id: str) -> Claim | None:
+        """Claim one queued task by id to run it in this process — the one "claim by id"
+        of every runner. A transactional task is run here and now instead, in its one
+        transaction (claim, body and settlement), and answers None like a task that
+        was not claimable."""
+        spec = self.registry.get(self.store.get(task_id).task)
+        if spec.transactional:
+            self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
+            return None
+        return self.claim_task(task_id)
 
     def run_pending(self, limit: int | None = None) -> int:
         """Run queued tasks that are runnable now, one at a time in this thread, until
@@ -184,22 +192,14 @@ class Engine:
         def body(port: Any, claim: Claim) -> Outcome:
             ctx = TaskContext(_TxContextPort(port, claim, self.data_dir))
             ctx._port.add_event("attempt", {"attempt": claim.attempt})
-            try:
-                value = spec.fn(ctx, **claim.payload)
-            except Cancelled:
-                return Outcome.cancelled(CancelReason.USER)
-            except Exception as exc:
-                from tasklab.core.policy import exception_outcome
-
-                return exception_outcome(
-                    exc,
-                    retry_on=spec.retry_on,
-                    attempt=claim.attempt,
-                    max_attempts=claim.max_attempts,
-                    cancel_requested=False,
-                    backoff=self.settings.backoff,
-                )
-            return result_outcome(value)
+            ending = call_ending(spec.fn, ctx, **claim.payload)
+            facts = AttemptFacts(
+                spec.retry_on, claim.attempt, claim.max_attempts, self.settings.backoff
+            )
+            outcome = outcome_of(ending, facts)
+            if outcome is None:  # nothing to write: the transaction rolls back
+                raise LeaseLost(f"task {claim.task_id}: its transactional run lost authority")
+            return outcome
 
         return body
 

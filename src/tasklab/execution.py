@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.context import TaskContext
-from tasklab.core.jsontext import dumps
+from tasklab.core.ending import AttemptFacts, Ending, call_ending, outcome_of
 from tasklab.core.models import JSON, Claim, EffectRecord, Outcome
-from tasklab.core.policy import exception_outcome
 from tasklab.core.registry import TaskDef
-from tasklab.core.states import CancelReason, ErrorCode, State
-from tasklab.errors import Cancelled, LeaseLost, SessionLost, TasklabError
+from tasklab.core.states import CancelReason, State
+from tasklab.errors import LeaseLost, SessionLost, TasklabError
 from tasklab.store.roles import Effects, Leases, TaskReads
 
 if TYPE_CHECKING:
@@ -242,25 +241,23 @@ class Execution:
     def run(self) -> State | None:
         """Run the task function and settle its outcome. Returns the committed state,
         or None when nothing could be committed (lost authority or failed write)."""
-        ctx = TaskContext(self)
-        try:
-            value = self.task.fn(ctx, **self.claim.payload)
-        except Cancelled:
-            outcome = Outcome.cancelled(self.cancel_reason or CancelReason.USER)
-        except LeaseLost:
-            return None
-        except Exception as exc:  # errors, not cancellations (Cancelled is a BaseException)
-            outcome = exception_outcome(
-                exc,
-                retry_on=self.task.retry_on,
-                attempt=self.attempt,
-                max_attempts=self.claim.max_attempts,
-                cancel_requested=self.cancel_flag.is_set(),
-                backoff=self.engine.settings.backoff,
-            )
-        else:
-            outcome = result_outcome(value)
-        return self.settle(outcome)
+        ending = call_ending(self.task.fn, TaskContext(self), **self.claim.payload)
+        return self.settle_ending(ending)
+
+    def facts(self) -> AttemptFacts:
+        """What the ending → outcome mapping needs of this attempt, as of now."""
+        return AttemptFacts(
+            self.task.retry_on,
+            self.attempt,
+            self.claim.max_attempts,
+            self.engine.settings.backoff,
+            self.cancel_flag.is_set(),
+            self.cancel_reason,
+        )
+
+    def settle_ending(self, ending: Ending) -> State | None:
+        outcome = outcome_of(ending, self.facts())
+        return None if outcome is None else self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> State | None:
         with self._write_lock:
@@ -280,12 +277,3 @@ class Execution:
                 self.request_stop(None)
                 self.engine.count("terminal_write_failures")
                 return None
-
-
-def result_outcome(value: object) -> Outcome:
-    """A returned value, encoded once here: checked now, stored as this text later."""
-    try:
-        encoded = dumps(value)
-    except (TypeError, ValueError) as exc:
-        return Outcome.failed(ErrorCode.INVALID_RESULT, f"the result is not JSON: {exc}")
-    return Outcome.returned(value, encoded)

@@ -144,6 +144,24 @@ def effect(ctx: Any, fail_after_effect: int = 0) -> Any:
     return {"charge": charged, "previous": eff.previous, "attempt": ctx.attempt}
 
 
+@app.task(name="t.async_effect", max_attempts=3, retry_safe=True, retry_on=(Flaky,))
+async def async_effect(ctx: Any, fail_after_effect: int = 0) -> Any:
+    """Every method of the async context: the same on every runner."""
+    await ctx.checkpoint()
+    await ctx.emit({"attempt": ctx.attempt})
+    await ctx.stream("a")
+    await ctx.heartbeat()
+    async with ctx.effect("charge") as eff:
+        if eff.done:
+            charged = eff.result
+        else:
+            charged = {"charged_on_attempt": ctx.attempt}
+            eff.set_result(charged)
+    if ctx.attempt <= fail_after_effect:
+        raise Flaky("after the effect")
+    return {"charge": charged, "previous": eff.previous, "attempt": ctx.attempt}
+
+
 @app.task(name="t.tx", transactional=True)
 def tx(ctx: Any, value: int) -> int:
     ctx.emit({"in_tx": value})

@@ -54,6 +54,27 @@ def test_wordfreq_is_identical_on_every_runner(app):
     assert results["thread"]["top"][0] == ["it", 12000]
 
 
+def test_an_async_task_sees_one_context_on_every_runner(app):
+    """One context implementation with a thin async adapter: effects, heartbeats,
+    progress, text and retries behave alike on the thread runner (asyncio.run in
+    the slot's thread), in a process child and on the event loop."""
+    seen = {}
+    for name, cls in RUNNERS.items():
+        tid = app.submit("t.async_effect", {"fail_after_effect": 1})
+        with cls(app, workers=1) as runner:
+            runner.submit(tid).result(timeout=60)
+        deadline = time.monotonic() + 10
+        while not (snap := app.query(tid)).terminal and time.monotonic() < deadline:
+            app.run_pending()  # the retry, once its backoff (about 1 s) has passed
+            time.sleep(0.05)
+        assert snap.state is State.SUCCEEDED, (name, snap.error)
+        kinds = [e.type for e in app.events(tid)]
+        assert kinds.count("progress") == 2 and "chunk" in kinds, (name, kinds)
+        seen[name] = snap.result
+    expected = {"charge": {"charged_on_attempt": 1}, "previous": "done", "attempt": 2}
+    assert seen == dict.fromkeys(RUNNERS, expected)
+
+
 def test_seed_001_timeline_on_every_runner(app, runner_cls, tmp_path):
     d1, d3 = tmp_path / "1", tmp_path / "3"
     d1.mkdir(), d3.mkdir()

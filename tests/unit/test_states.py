@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from tasklab.core.ending import AttemptFacts, Ending, outcome_of
 from tasklab.core.models import Expired, Outcome
-from tasklab.core.policy import Backoff, exception_outcome, expiry_outcome, settle
+from tasklab.core.policy import Backoff, expiry_outcome, settle
 from tasklab.core.states import (
     TABLE,
     TERMINAL,
@@ -18,7 +20,7 @@ from tasklab.core.states import (
     allowed,
     next_state,
 )
-from tasklab.errors import IllegalTransition
+from tasklab.errors import Cancelled, IllegalTransition, LeaseLost
 
 Q, R, C = State.QUEUED, State.RUNNING, State.CANCEL_REQUESTED
 S, F, X = State.SUCCEEDED, State.FAILED, State.CANCELLED
@@ -118,12 +120,36 @@ def test_backoff_doubles_with_jitter_and_caps():
         assert raw * 0.75 <= d <= raw * 1.25
 
 
-def test_exception_outcome_retries_only_listed_exceptions_with_attempts_left():
-    kw = dict(attempt=1, max_attempts=3, cancel_requested=False, backoff=Backoff())
-    assert exception_outcome(KeyError("k"), retry_on=(KeyError,), **kw).kind == "retry"
-    assert exception_outcome(ValueError("v"), retry_on=(KeyError,), **kw).kind == "fail"
-    assert exception_outcome(KeyError("k"), retry_on=(), **kw).kind == "fail"
-    last = dict(kw, attempt=3)
-    assert exception_outcome(KeyError("k"), retry_on=(KeyError,), **last).kind == "fail"
-    stopping = dict(kw, cancel_requested=True)
-    assert exception_outcome(KeyError("k"), retry_on=(KeyError,), **stopping).kind == "fail"
+def _mapped(exc, retry_on, **facts):
+    kw = dict(attempt=1, max_attempts=3, backoff=Backoff()) | facts
+    return outcome_of(Ending.raised(exc), AttemptFacts(retry_on, **kw))
+
+
+class _Sub(KeyError):
+    pass
+
+
+def test_an_error_retries_only_when_listed_with_attempts_left_and_no_stop():
+    assert _mapped(KeyError("k"), (KeyError,)).kind == "retry"
+    assert _mapped(_Sub("k"), (KeyError,)).kind == "retry"  # a subclass matches by its MRO
+    assert _mapped(ValueError("v"), (KeyError,)).kind == "fail"
+    assert _mapped(KeyError("k"), ()).kind == "fail"
+    assert _mapped(KeyError("k"), (KeyError,), attempt=3).kind == "fail"
+    assert _mapped(KeyError("k"), (KeyError,), cancel_requested=True).kind == "fail"
+
+
+def test_every_ending_maps_to_one_outcome():
+    facts = AttemptFacts((), 1, 3, Backoff(), True, CancelReason.DEADLINE)
+    assert outcome_of(Ending.returned({"a": 1}), facts).encoded == '{"a":1}'
+    bad = outcome_of(Ending.returned({1, 2}), facts)
+    assert bad.kind == "fail" and bad.error.code == "invalid_result"
+    assert outcome_of(Ending.raised(Cancelled("x")), facts).reason is CancelReason.DEADLINE
+    assert outcome_of(Ending.raised(LeaseLost("x")), facts) is None
+    # a process child's ending crosses the pipe as plain data and maps the same
+    err = Ending.raised(_Sub("k"))
+    again = Ending.from_wire(json.loads(json.dumps(err.to_wire())))
+    wide = AttemptFacts((KeyError,), 1, 3, Backoff())
+    a, b = outcome_of(again, wide), outcome_of(err, wide)
+    assert (a.kind, a.error) == (b.kind, b.error) == ("retry", b.error) and b.error is not None
+    with pytest.raises(KeyboardInterrupt):  # not a task's ending: raised again
+        Ending.raised(KeyboardInterrupt())

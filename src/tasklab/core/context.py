@@ -121,13 +121,21 @@ class TaskContext:
         """Wrap one external side effect, keyed by this task and `key` (stable across
         attempts). Records `started` before and `done` after; a retry sees what
         already happened through `.previous` / `.done` / `.result`."""
+        handle = self.effect_open(key)
+        yield handle
+        self.effect_close(handle)
+
+    # The two halves of `effect`, for the async adapter (each may do database I/O).
+    def effect_open(self, key: str) -> Effect:
         record = self._port.effect_get(key)
         handle = Effect(key, record.status, record.result)
         if not handle.done:
             self._port.effect_start(key)
-        yield handle
+        return handle
+
+    def effect_close(self, handle: Effect) -> None:
         if not handle.done or handle._result_set:
-            self._port.effect_done(key, handle.result)
+            self._port.effect_done(handle.key, handle.result)
 
 
 def _check_json(value: JSON, what: str) -> None:

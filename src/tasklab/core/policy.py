@@ -64,26 +64,6 @@ def storable(message: str) -> str:
         return message.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def exception_outcome(
-    exc: BaseException,
-    *,
-    retry_on: tuple[type[BaseException], ...],
-    attempt: int,
-    max_attempts: int,
-    cancel_requested: bool,
-    backoff: Backoff,
-) -> Outcome:
-    """A task raised `exc` (not a cancellation)."""
-    return error_outcome(
-        storable(f"{type(exc).__name__}: {exc}"),
-        retryable=bool(retry_on) and isinstance(exc, retry_on),
-        attempt=attempt,
-        max_attempts=max_attempts,
-        cancel_requested=cancel_requested,
-        backoff=backoff,
-    )
-
-
 def error_outcome(
     message: str,
     *,

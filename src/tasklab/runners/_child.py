@@ -20,9 +20,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tasklab.core.context import TaskContext
-from tasklab.core.jsontext import dumps
+from tasklab.core.ending import call_ending
 from tasklab.core.models import EffectRecord
-from tasklab.errors import Cancelled, LeaseLost
+from tasklab.errors import LeaseLost
+from tasklab.runners.async_context import AsyncTaskContext
 
 
 def _send(conn: Connection, msg: dict[str, Any]) -> None:
@@ -85,29 +86,6 @@ class ChildPort:
         self._call("effect_done", key=key, result=result)
 
 
-class _AsyncFacade:
-    """Lets an `async def` task run in a child: the same methods, as coroutines."""
-
-    def __init__(self, ctx: TaskContext) -> None:
-        self._ctx = ctx
-        self.attempt = ctx.attempt
-        self.task_id = ctx.task_id
-        self.data_dir = ctx.data_dir
-
-    async def checkpoint(self) -> None:
-        self._ctx.checkpoint()
-
-    async def emit(self, data: Any) -> None:
-        self._ctx.emit(data)
-
-    async def stream(self, text: str) -> None:
-        self._ctx.stream(text)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        self._ctx.checkpoint()
-
-
 def _resolve(qualified: str) -> Any:
     module, _, name = qualified.partition(":")
     obj: Any = importlib.import_module(module)
@@ -118,29 +96,14 @@ def _resolve(qualified: str) -> Any:
 
 def _run(port: ChildPort, msg: dict[str, Any]) -> dict[str, Any]:
     ctx = TaskContext(port)
-    try:
+
+    def call() -> object:
         fn = _resolve(msg["fn"])
         if asyncio.iscoroutinefunction(fn):
-            value = asyncio.run(fn(_AsyncFacade(ctx), **msg["payload"]))
-        else:
-            value = fn(ctx, **msg["payload"])
-    except Cancelled:
-        return {"op": "done", "kind": "cancelled"}
-    except LeaseLost:
-        return {"op": "done", "kind": "lost"}
-    except Exception as exc:
-        mro = [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__]
-        return {
-            "op": "done",
-            "kind": "error",
-            "message": f"{type(exc).__name__}: {exc}",
-            "mro": mro,
-        }
-    try:
-        dumps(value)
-    except (TypeError, ValueError) as exc:
-        return {"op": "done", "kind": "invalid_result", "message": f"the result is not JSON: {exc}"}
-    return {"op": "done", "kind": "return", "value": value}
+            return asyncio.run(fn(AsyncTaskContext(ctx), **msg["payload"]))
+        return fn(ctx, **msg["payload"])
+
+    return {"op": "done", **call_ending(call).to_wire()}
 
 
 PR_SET_PDEATHSIG = 1

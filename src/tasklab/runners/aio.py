@@ -17,17 +17,18 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tasklab.core.context import Effect, TaskContext, _check_json
-from tasklab.core.models import JSON, Claim, Outcome
-from tasklab.core.policy import exception_outcome
+from tasklab.core.context import TaskContext
+from tasklab.core.ending import Ending, outcome_of
+from tasklab.core.models import Claim, Outcome
 from tasklab.core.registry import TaskDef
-from tasklab.core.states import CancelReason, State
-from tasklab.errors import Cancelled, LeaseLost
-from tasklab.execution import Execution, result_outcome
+from tasklab.core.states import State
+from tasklab.errors import Cancelled
+from tasklab.execution import Execution
+from tasklab.runners.async_context import AsyncTaskContext
 from tasklab.runners.base import BaseRunner
 
 if TYPE_CHECKING:
@@ -35,68 +36,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 LOOP_THREAD = "tasklab-async-loop"
-
-
-class AsyncTaskContext:
-    """The context of an `async def` task: the same methods as coroutines."""
-
-    def __init__(self, execution: Execution, to_thread: Callable[..., Any]) -> None:
-        self._ex = execution
-        self._to_thread = to_thread
-
-    @property
-    def task_id(self) -> str:
-        return self._ex.task_id
-
-    @property
-    def attempt(self) -> int:
-        return self._ex.attempt
-
-    @property
-    def data_dir(self) -> Any:
-        return self._ex.data_dir
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._ex.cancel_requested()
-
-    async def checkpoint(self) -> None:
-        await asyncio.sleep(0)  # a real await: a pending Task.cancel() lands here
-        if self._ex.cancel_requested():
-            raise Cancelled(f"task {self._ex.task_id} was asked to stop")
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        await self.checkpoint()
-
-    async def emit(self, data: JSON) -> None:
-        _check_json(data, "progress data")
-        self._ex.add_event("progress", data)
-        await self._flush_if_full()
-
-    async def stream(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise TypeError("ctx.stream() takes text")
-        if text:
-            self._ex.add_text(text)
-            await self._flush_if_full()
-
-    async def heartbeat(self) -> None:
-        await self._to_thread(self._ex.heartbeat)
-
-    @contextlib.asynccontextmanager
-    async def effect(self, key: str) -> AsyncIterator[Effect]:
-        record = await self._to_thread(self._ex.effect_get, key)
-        handle = Effect(key, record.status, record.result)
-        if not handle.done:
-            await self._to_thread(self._ex.effect_start, key)
-        yield handle
-        if not handle.done or handle._result_set:
-            await self._to_thread(self._ex.effect_done, key, handle.result)
-
-    async def _flush_if_full(self) -> None:
-        if self._ex.flush_needed:
-            await self._to_thread(self._ex.flush)
 
 
 async def run_async_execution(
@@ -120,26 +59,20 @@ async def run_async_execution(
     with engine.monitor.watching(ex):
         try:
             fn = spec.async_fn or spec.fn
-            value = await fn(AsyncTaskContext(ex, to_thread), **claim.payload)
-        except (asyncio.CancelledError, Cancelled):
-            if not ex.cancel_flag.is_set():
-                raise  # not ours (the runner's loop is closing): leave it to the lease
-            while task.cancelling():  # ours, handled: let later awaits (and timeouts) be
-                task.uncancel()
-            outcome = Outcome.cancelled(ex.cancel_reason or CancelReason.USER)
-        except LeaseLost:
-            return None
-        except Exception as exc:
-            outcome = exception_outcome(
-                exc,
-                retry_on=spec.retry_on,
-                attempt=claim.attempt,
-                max_attempts=claim.max_attempts,
-                cancel_requested=ex.cancel_flag.is_set(),
-                backoff=engine.settings.backoff,
-            )
+            value = await fn(AsyncTaskContext(TaskContext(ex), to_thread, ex), **claim.payload)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError | Cancelled):
+                if not ex.cancel_flag.is_set():
+                    raise  # not ours (the runner's loop is closing): leave it to the lease
+                while task.cancelling():  # ours, handled: let later awaits (and timeouts) be
+                    task.uncancel()
+                exc = Cancelled()
+            ending = Ending.raised(exc)
         else:
-            outcome = result_outcome(value)
+            ending = Ending.returned(value)
+        outcome = outcome_of(ending, ex.facts())
+        if outcome is None:
+            return None
         return await finalize(ex, outcome, to_thread, engine.settings.finalization)
 
 
@@ -242,15 +175,10 @@ class AsyncTaskRunner(BaseRunner):
         return await self._loop.run_in_executor(self._db, fn, *args)
 
     async def _run_task_id(self, task_id: str) -> Any:
-        engine = self.engine
-        snap = await self._db_call(engine.store.get, task_id)
-        spec = engine.registry.get(snap.task)
-        if spec.transactional or not (spec.is_async or spec.async_fn):
-            return await self._db_call(engine.run, task_id)
-        claim = await self._db_call(engine.claim_task, task_id)
+        claim = await self._db_call(self.engine.take, task_id)
         if claim is not None:
-            await run_async_execution(engine, claim, spec, self._db)
-        return await self._db_call(engine.store.get, task_id)
+            await self._run_claim(claim)
+        return await self._db_call(self.engine.store.get, task_id)
 
     async def _run_claim(self, claim: Claim) -> Any:
         spec = self.engine.registry.get(claim.task)

@@ -23,10 +23,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from tasklab.core.ending import Ending, outcome_of
 from tasklab.core.models import Claim, Expired, Outcome
-from tasklab.core.policy import error_outcome, expiry_outcome
+from tasklab.core.policy import expiry_outcome
 from tasklab.core.registry import TaskDef
-from tasklab.core.states import CancelReason, ErrorCode, State
+from tasklab.core.states import ErrorCode, State
 from tasklab.errors import LeaseLost
 from tasklab.execution import Execution
 from tasklab.runners.base import BaseRunner
@@ -157,15 +158,7 @@ class ProcessTaskRunner(BaseRunner):
         return self._pool.submit(self._run_claim, claim)
 
     def _run_task_id(self, task_id: str) -> Any:
-        engine = self.engine
-        spec = engine.registry.get(engine.store.get(task_id).task)
-        if spec.transactional:
-            return engine.run(task_id)  # database-only work: no process needed
-        with engine.store.executor_presence():
-            claim = engine.claim_task(task_id)
-            if claim is not None:
-                self._run_claim(claim)
-        return engine.store.get(task_id)
+        return self.engine.run(task_id, self._run_claim)
 
     def _run_claim(self, claim: Claim) -> State | None:
         spec = self.engine.registry.get(claim.task)
@@ -226,13 +219,11 @@ class ProcessTaskRunner(BaseRunner):
                 return self._died(ex)
             if msg is None:
                 continue
-            done = self._handle(child, ex, spec, msg)
-            if done is not None:
-                return done if done.kind != "lost" else None
+            ending = self._handle(child, ex, msg)
+            if ending is not None:
+                return outcome_of(ending, ex.facts())
 
-    def _handle(
-        self, child: Child, ex: Execution, spec: TaskDef, msg: dict[str, Any]
-    ) -> Outcome | None:
+    def _handle(self, child: Child, ex: Execution, msg: dict[str, Any]) -> Ending | None:
         op = msg["op"]
         if op == "event":
             ex.add_event(msg["type"], msg["data"])
@@ -241,7 +232,7 @@ class ProcessTaskRunner(BaseRunner):
         elif op == "call":
             child.send(self._call(ex, msg))
         elif op == "done":
-            return self._outcome(ex, spec, msg)
+            return Ending.from_wire(msg)
         return None
 
     @staticmethod
@@ -264,27 +255,6 @@ class ProcessTaskRunner(BaseRunner):
             return {"op": "reply"}
         except LeaseLost as exc:
             return {"op": "reply", "lost": str(exc)}
-
-    def _outcome(self, ex: Execution, spec: TaskDef, msg: dict[str, Any]) -> Outcome:
-        kind = msg["kind"]
-        if kind == "return":
-            return Outcome.returned(msg["value"])
-        if kind == "cancelled":
-            return Outcome.cancelled(ex.cancel_reason or CancelReason.USER)
-        if kind == "invalid_result":
-            return Outcome.failed(ErrorCode.INVALID_RESULT, msg["message"])
-        if kind == "lost":
-            return Outcome("lost")
-        names = set(msg.get("mro", []))
-        retryable = any(f"{c.__module__}.{c.__qualname__}" in names for c in spec.retry_on)
-        return error_outcome(
-            msg["message"],
-            retryable=retryable,
-            attempt=ex.attempt,
-            max_attempts=ex.claim.max_attempts,
-            cancel_requested=ex.cancel_flag.is_set(),
-            backoff=self.engine.settings.backoff,
-        )
 
     def _died(self, ex: Execution) -> Outcome:
         """The child vanished mid-task: we know as little as after a lost lease."""
