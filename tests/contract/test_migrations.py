@@ -41,7 +41,14 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch, which):
         running, done = old.claim(NAMES, 2, "w1", 30.0)
         assert old.finish(done, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
         event_id = old.outbox_for(done.task_id)["event_id"]
-        old.record_delivery(event_id, "http://x.example/hook", False, 0.0, "HTTP 500")
+        # a failed delivery as the old schema held it (the current query names the
+        # task, a column the oldest schema did not have)
+        now = "julianday('now')" if kind == "sqlite" else "clock_timestamp()"
+        with old._write() as conn:
+            conn.execute(
+                "INSERT INTO deliveries (event_id, url, attempts, next_attempt_at, last_error)"
+                f" VALUES ('{event_id}', 'http://x.example/hook', 1, {now}, 'HTTP 500')"
+            )
         (queued,) = old.page(State.QUEUED, 10, None).items
     finally:
         old.close()

@@ -162,6 +162,10 @@ class StoreMachine(RuleBasedStateMachine):
                 assert snap.result is None
             seqs = [e.seq for e in self.reader.events(tid)]
             assert seqs == list(range(1, len(seqs) + 1))
+        with self.reader._read() as conn:
+            exact = {r["state"]: int(r["n"]) for r in self.reader._all(conn, "count_states_exact")}
+        kept = self.reader.counts()
+        assert {s: n for s, n in kept.items() if n} == {s: n for s, n in exact.items() if n}
 
 
 def test_random_operation_sequences_keep_the_invariants(store_url):

@@ -124,6 +124,46 @@ def test_counts_has_every_state(store):
     assert all(v == 0 for v in counts.values())
 
 
+def exact_counts(store):
+    """Tasks per state counted from the table itself, not from the kept counters."""
+    with store._read() as conn:
+        rows = store._all(conn, "count_states_exact")
+    return {s.value: 0 for s in State} | {r["state"]: int(r["n"]) for r in rows}
+
+
+def test_counts_are_kept_by_every_kind_of_state_change(store, reader, store_url):
+    """counts() reads counters the state-changing transactions keep (not a scan):
+    they agree with the table after submits one by one and in batches, claims, group
+    commits with claims in them, retries, cancels of both kinds, releases, expiry,
+    exclusive recovery and pruning, on a connection of another store object."""
+    store.submit([new({"value": i}) for i in range(7)])  # one batch
+    store.submit([new(key="k")])
+    store.submit([new(key="k")])  # the idempotent answer inserts nothing
+    assert reader.counts() == exact_counts(reader) and reader.counts()["queued"] == 8
+    a, b, c, d = store.claim(NAMES, 4, "w1", 30.0)
+    request = ClaimRequest(NAMES, 1, "w1", 30.0)
+    _, more = store.finish_and_claim(
+        [(a, Outcome.returned(1), []), (b, Outcome.retry(ErrorCode.TASK_ERROR, "x", 0), [])],
+        request,
+    )
+    store.finish(c, Outcome.failed(ErrorCode.TASK_ERROR, "no"), [])
+    store.cancel(d.task_id, CancelReason.USER)  # running: cancel_requested
+    queued = store.queued_ids(NAMES, 1)[0]
+    store.cancel(queued, CancelReason.USER)  # queued: cancelled
+    store.release(more[0])
+    short = store.claim(NAMES, 1, "w1", 0.05)
+    time.sleep(0.1)
+    store.expire(Backoff(base=0.0, jitter=0.0))
+    assert reader.counts() == exact_counts(reader)
+    store.recover_running(Backoff(base=0.0, jitter=0.0))
+    assert short and reader.counts() == exact_counts(reader)
+    time.sleep(0.01)  # past the last finish on SQLite's millisecond clock
+    pruned = store.prune(store.now(), 1000)["tasks"]
+    after = reader.counts()
+    assert pruned > 0 and after == exact_counts(reader)
+    assert after["succeeded"] + after["failed"] + after["cancelled"] == 0
+
+
 def test_claim_sets_epoch_attempt_and_lease_from_db_clock(store, reader):
     ((snap, _),) = store.submit([new()])
     c = claim_one(store)

@@ -193,3 +193,23 @@ def test_the_dispatchers_poll_reads_only_what_is_due(tmp_path):
         store.close()
     assert "USING INDEX deliveries_due (url=? AND next_attempt_at<?)" in plan
     assert "outbox" not in plan
+
+
+def test_a_delivery_recorded_after_its_url_was_removed_still_names_its_task(app, receiver):
+    """A dispatcher mid-delivery when its URL is unsubscribed records the attempt on a
+    row of its own; subscribed again, that row must still say which task it tells of
+    (it once said nothing, and the dispatcher could not send it)."""
+    url = receiver.url
+    app.store.subscribe([url])
+    tid = app.submit("t.echo", {"value": 1})
+    app.run(tid)
+    (due,) = app.store.outbox_pending(url, 10)
+    app.store.unsubscribe(url)  # while the send is in flight
+    app.store.record_delivery(due["event_id"], url, False, 0.0, "HTTP 503")
+    app.store.subscribe([url])
+    (again,) = app.store.outbox_pending(url, 10)
+    assert again["task_id"] == tid
+    d = Dispatcher(app, [url])
+    assert d.deliver_once() == 1
+    d.stop()
+    assert [body["task"]["id"] for _, body in receiver.posts] == [tid]

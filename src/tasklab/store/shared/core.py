@@ -203,7 +203,7 @@ class SqlCore(ABC):
             "error_message": s.error.message if s.error else None,
             "reason": s.reason.value if s.reason else None,
             "terminal": s.state.terminal,
-            "delay": s.delay,
+            "delay": float(s.delay),  # one type per array column (PostgreSQL batches)
         }
 
     @staticmethod

@@ -60,7 +60,11 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
 ORDER BY id DESC LIMIT :limit;
 
 -- name: count_states
--- Tasks per state, each part counted from the index that holds it.
+-- Tasks per state, from the counters the state-changing transactions keep.
+SELECT state, SUM(n) AS n FROM task_counts GROUP BY state;
+
+-- name: count_states_exact
+-- Tasks per state counted from the table (tests check the counters against it).
 SELECT 'queued' AS state, COUNT(*) AS n FROM tasks WHERE state = 'queued'
 UNION ALL
 SELECT state, COUNT(*) AS n FROM tasks WHERE state <> 'queued' GROUP BY state;
@@ -292,9 +296,12 @@ SELECT w.url, (SELECT COUNT(*) FROM deliveries d
 FROM webhooks w ORDER BY w.url;
 
 -- name: delivery_attempted
--- Record one delivery attempt and when to try again.
-INSERT INTO deliveries (event_id, url, attempts, delivered_at, next_attempt_at, last_error)
-VALUES (:event_id, :url, 1, CASE WHEN :ok THEN clock_timestamp() END,
+-- Record one delivery attempt and when to try again (a row made here, for a URL that
+-- was unsubscribed meanwhile, still names its task: read from the outbox).
+INSERT INTO deliveries (event_id, task_id, url, attempts, delivered_at, next_attempt_at,
+                        last_error)
+VALUES (:event_id, (SELECT task_id FROM outbox WHERE event_id = :event_id), :url, 1,
+        CASE WHEN :ok THEN clock_timestamp() END,
         clock_timestamp() + make_interval(secs => :delay), CAST(:error AS TEXT))
 ON CONFLICT (event_id, url) DO UPDATE SET attempts = deliveries.attempts + 1,
     delivered_at = EXCLUDED.delivered_at, next_attempt_at = EXCLUDED.next_attempt_at,

@@ -38,7 +38,11 @@ WHERE (:state IS NULL OR state = :state) AND (:cursor IS NULL OR id < :cursor)
 ORDER BY id DESC LIMIT :limit;
 
 -- name: count_states
--- Tasks per state, each part counted from the index that holds it.
+-- Tasks per state, from the counters the state-changing transactions keep.
+SELECT state, n FROM task_counts;
+
+-- name: count_states_exact
+-- Tasks per state counted from the table (tests check the counters against it).
 SELECT 'queued' AS state, COUNT(*) AS n FROM tasks INDEXED BY tasks_claimable
 WHERE state = 'queued'
 UNION ALL
@@ -252,10 +256,13 @@ SELECT w.url, (SELECT COUNT(*) FROM deliveries d INDEXED BY deliveries_due
 FROM webhooks w ORDER BY w.url;
 
 -- name: delivery_attempted
--- Record one delivery attempt and when to try again.
-INSERT INTO deliveries (event_id, url, attempts, delivered_at, next_attempt_at, last_error)
-VALUES (:event_id, :url, 1, CASE WHEN :ok THEN julianday('now') END,
-        julianday('now') + :delay / 86400.0, :error)
+-- Record one delivery attempt and when to try again (a row made here, for a URL that
+-- was unsubscribed meanwhile, still names its task: read from the outbox).
+INSERT INTO deliveries (event_id, task_id, url, attempts, delivered_at, next_attempt_at,
+                        last_error)
+SELECT :event_id, (SELECT task_id FROM outbox WHERE event_id = :event_id), :url, 1,
+       CASE WHEN :ok THEN julianday('now') END, julianday('now') + :delay / 86400.0, :error
+WHERE true
 ON CONFLICT (event_id, url) DO UPDATE SET attempts = attempts + 1,
     delivered_at = CASE WHEN :ok THEN julianday('now') END,
     next_attempt_at = julianday('now') + :delay / 86400.0, last_error = :error;
