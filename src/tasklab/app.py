@@ -210,7 +210,7 @@ class TaskApp:
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
         item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound)
-        return self.store.submit([item])[0]
+        return self.engine.submitter.submit(item)
 
     def submit_many(self, task: str, payloads: Iterable[object]) -> list[str]:
         """Queue many tasks of one name in one transaction (all or none)."""
@@ -219,9 +219,10 @@ class TaskApp:
 
     def submit_prepared(
         self, items: builtins.list[NewTask]
-    ) -> builtins.list[tuple[TaskSnapshot, bool]]:
-        """Insert tasks made by `prepare`, in one transaction (the servers' group commit)."""
-        return self.store.submit(items)
+    ) -> builtins.list[tuple[TaskSnapshot, bool] | BaseException]:
+        """Insert tasks made by `prepare`, in one transaction; each answered (an
+        exception for one that failed alone: the batch was written again one by one)."""
+        return self.engine.submitter.write(items)
 
     def submit_and_claim(self, item: NewTask) -> tuple[TaskSnapshot, bool, Claim | None]:
         """A request-bound task: created and claimed for this process in one transaction."""

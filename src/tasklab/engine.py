@@ -34,6 +34,7 @@ from tasklab.monitor import Monitor
 from tasklab.retrying import retried
 from tasklab.store import Store, open_store
 from tasklab.store.base import PRUNED
+from tasklab.submitter import Submitter
 
 log = logging.getLogger("tasklab.app")
 
@@ -56,6 +57,7 @@ class Engine:
         self._store: Store | None = store
         self._opening = threading.RLock()
         self._finisher: Finisher | None = None
+        self._submitter: Submitter | None = None
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._claim_calls = itertools.count(1)
@@ -82,6 +84,14 @@ class Engine:
                     store = self.store
                     self._finisher = Finisher(store, lost_retry_for=self.settings.lease / 2)
         return self._finisher
+
+    @property
+    def submitter(self) -> Submitter:
+        if self._submitter is None:
+            with self._opening:
+                if self._submitter is None:
+                    self._submitter = Submitter(self.store)
+        return self._submitter
 
     def _store_options(self) -> dict[str, Any]:
         if self.db.startswith("sqlite:"):

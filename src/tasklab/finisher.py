@@ -1,10 +1,8 @@
 """Group commit of terminal writes, and claim-on-finish.
 
-Each commit costs a disk flush (SQLite `synchronous=FULL`: a few thousand a second).
-When many tasks end at once, their terminal writes share one transaction: the first
-caller leads and commits everything pending; the others wait on their own item, and
-the leader hands the lead to the oldest waiter still pending. A lone task pays nothing
-extra. Commit first, publish after: nobody learns a state before its commit.
+When many tasks end at once, their terminal writes share one transaction
+(groupcommit.py): a lone task pays nothing extra, and nobody learns a state before its
+commit.
 
 A worker may register as a refiller: the same transaction then claims the next tasks
 for the slots these executions are about to free, and the worker adopts them before
@@ -14,14 +12,13 @@ and a claim commit, and no claim-loop wake-up in between).
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from tasklab._types import PendingEvent
 from tasklab.core.models import Claim, ClaimRequest, Outcome
 from tasklab.core.states import State
 from tasklab.errors import SessionLost
+from tasklab.groupcommit import GroupCommit
 from tasklab.retrying import retried
 from tasklab.store.roles import Leases
 
@@ -38,111 +35,58 @@ class Refiller(Protocol):
         committed claims nobody will start; give them back."""
 
 
-def _held_lock() -> Any:
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
-
-
-@dataclass
-class _Item:
-    claim: Claim
-    outcome: Outcome
-    events: list[PendingEvent]
-    result: State | BaseException | None = None
-    done: bool = False
-    # Held until the item is done or handed the lead: a bare lock is the cheapest
-    # wait-and-wake there is (an Event builds a Condition, and a lock for every wait).
-    # Two wakes at most, never at once: the leader handing it the lead (while it is
-    # pending, under the finisher's lock), then the leader of the batch that wrote it.
-    gate: Any = field(default_factory=_held_lock)
-    woken: bool = False
-
-    def wait(self) -> None:
-        self.gate.acquire()
-
-    def wake(self) -> None:
-        if not self.woken:
-            self.woken = True
-            self.gate.release()
+_Write = tuple[Claim, Outcome, list[PendingEvent]]
 
 
 class Finisher:
     def __init__(self, store: Leases, max_batch: int = 256, lost_retry_for: float = 5.0) -> None:
         self.store = store
-        self.max_batch = max_batch
         # how long a write whose session broke is tried again on new ones (a server
         # restart takes seconds; past the lease the fence refuses it anyway)
         self.lost_retry_for = lost_retry_for
         self.refillers: list[Refiller] = []
-        self._pending: list[_Item] = []
-        self._lock = threading.Lock()
-        self._leading = False
+        self._group: GroupCommit[_Write, State] = GroupCommit(self._write, self._adopt, max_batch)
 
     def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
         """Like `store.finish`: the committed state, or LeaseLost / StoreError."""
-        item = _Item(claim, outcome, events)
-        with self._lock:
-            self._pending.append(item)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            item.wait()  # a result, or the lead handed to us
-        while not item.done:
-            with self._lock:
-                batch = self._pending[: self.max_batch]
-                del self._pending[: self.max_batch]
-            refiller, results, claims = self._write(batch)
-            if any(i is item for i in batch):
-                # Hand the lead on right after the commit: the next transaction overlaps
-                # with publishing this one.
-                with self._lock:
-                    if self._pending:
-                        self._pending[0].wake()  # not done: it leads next
-                    else:
-                        self._leading = False
-            if claims and refiller is not None:
-                try:
-                    refiller.adopt(claims)  # before the finishing threads free their slots
-                except Exception:  # noqa: S110 - unstarted claims are left to their leases
-                    pass
-            for done, result in zip(batch, results, strict=True):
-                done.result = result
-                done.done = True
-                done.wake()
-        if isinstance(item.result, BaseException):
-            raise item.result
-        assert item.result is not None
-        return item.result
+        return self._group((claim, outcome, events))
+
+    @staticmethod
+    def _adopt(made: tuple[Refiller, list[Claim]]) -> None:
+        refiller, claims = made
+        try:
+            refiller.adopt(claims)  # before the finishing threads free their slots
+        except Exception:  # noqa: S110 - unstarted claims are left to their leases
+            pass
 
     def _write(
-        self, batch: list[_Item]
-    ) -> tuple[Refiller | None, list[State | BaseException], list[Claim]]:
+        self, batch: list[_Write]
+    ) -> tuple[list[State | BaseException], tuple[Refiller, list[Claim]] | None]:
         try:
-            refiller, request = self._refill([i.claim.task_id for i in batch])
+            refiller, request = self._refill([claim.task_id for claim, _, _ in batch])
         except Exception:  # a refill is an optimisation: the terminal writes go on
             refiller, request = None, None
         try:
-            states, claims = self.store.finish_and_claim(
-                [(i.claim, i.outcome, i.events) for i in batch], request
-            )
-            return refiller, list(states), claims
+            states, claims = self.store.finish_and_claim(batch, request)
+            made = (refiller, claims) if claims and refiller is not None else None
+            return list(states), made
         except Exception as exc:
             lost = isinstance(exc, SessionLost)
             if lost and refiller is not None and request is not None:
                 refiller.claims_lost(request)
             if len(batch) == 1 and not lost:
-                return refiller, [exc], []
+                return [exc], None
         # One bad write must not fail the tasks that happened to share its commit: each
         # on its own. A lost session may have committed or not: each again on a new one
         # (a write that did commit is then refused by its fence, and the store holds it).
-        return refiller, [self._write_alone(i) for i in batch], []
+        return [self._write_alone(w) for w in batch], None
 
-    def _write_alone(self, item: _Item) -> State | BaseException:
+    def _write_alone(self, write: _Write) -> State | BaseException:
         try:
-            write = [(item.claim, item.outcome, item.events)]
             states, _ = retried(
-                lambda: self.store.finish_and_claim(write, None), SessionLost, self.lost_retry_for
+                lambda: self.store.finish_and_claim([write], None),
+                SessionLost,
+                self.lost_retry_for,
             )
             return states[0]
         except Exception as exc:

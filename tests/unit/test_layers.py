@@ -15,7 +15,17 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tasklab"
 BELOW_THE_FACADE = [
     *sorted((SRC / "runners").glob("*.py")),
     *sorted((SRC / "service").glob("*.py")),
-    *(SRC / name for name in ("engine.py", "execution.py", "monitor.py", "finisher.py")),
+    *(
+        SRC / name
+        for name in (
+            "engine.py",
+            "execution.py",
+            "monitor.py",
+            "finisher.py",
+            "submitter.py",
+            "groupcommit.py",
+        )
+    ),
 ]
 IO_MODULES = {"sqlite3", "psycopg", "psycopg_pool", "socket", "asyncio", "httpx", "fastapi"}
 

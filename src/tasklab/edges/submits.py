@@ -3,10 +3,10 @@
 Every submit is a durable commit, and a commit costs a disk flush (SQLite FULL) or a
 round trip to PostgreSQL. Submits that arrive while one is being written wait and go
 together in the next transaction: one thread hop and one commit per batch instead of
-per request. A lone submit pays nothing extra. A batch whose transaction fails (an
-idempotency conflict, say) is retried one submit per transaction, so one bad submit
-never fails the others; every caller gets its own answer and nothing is announced
-before its commit.
+per request. A lone submit pays nothing extra. An invalid submit is answered alone
+and a batch whose transaction fails (an idempotency conflict, say) is written again
+one submit per transaction (tasklab/submitter.py), so one bad submit never fails the
+others; every caller gets its own answer and nothing is announced before its commit.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import asyncio
 
 from tasklab._types import ToThread
 from tasklab.app import TaskApp
-from tasklab.core.models import TaskSnapshot
-from tasklab.errors import SessionLost
+from tasklab.core.models import NewTask, TaskSnapshot
 
 Submitted = tuple[TaskSnapshot, bool]
 _Request = tuple[str, object, str | None, int | None]
@@ -75,23 +74,15 @@ class SubmitBatcher:
                     fut.set_exception(RuntimeError("the submit writer stopped"))
             self._pending.clear()
 
-    def _commit(self, requests: list[_Request]) -> list[Submitted | Exception]:
-        """In a worker thread: validate, then one transaction for the whole batch."""
-        app = self.app
-        if len(requests) > 1:
-            try:
-                items = [app.prepare(*req) for req in requests]
-                return list(app.submit_prepared(items))
-            except SessionLost as exc:
-                # It may have committed: one at a time would insert each task again.
-                # Every caller hears it (HTTP 503) and may retry, safely with a key.
-                return [exc] * len(requests)
-            except Exception:  # noqa: S110 - find out which one, one at a time
-                pass
-        out: list[Submitted | Exception] = []
+    def _commit(self, requests: list[_Request]) -> list[Submitted | BaseException]:
+        """In a worker thread: validate each, then one transaction for the valid ones
+        (Submitter.write: a failing batch is written again one by one)."""
+        prepared: list[NewTask | BaseException] = []
         for req in requests:
             try:
-                out.append(app.submit_prepared([app.prepare(*req)])[0])
+                prepared.append(self.app.prepare(*req))
             except Exception as exc:
-                out.append(exc)
-        return out
+                prepared.append(exc)
+        items = [p for p in prepared if isinstance(p, NewTask)]
+        written = iter(self.app.submit_prepared(items) if items else [])
+        return [p if isinstance(p, BaseException) else next(written) for p in prepared]
