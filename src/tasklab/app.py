@@ -346,7 +346,7 @@ class TaskApp:
         caller may stop between them)."""
         return self.engine.prune_batches(older_than, before=before, batch=batch)
 
-    def worker(self, runner: str = "thread", concurrency: int = 4, **options: Any) -> Any:
+    def worker(self, runner: str = "thread", concurrency: int | None = None, **options: Any) -> Any:
         """A worker that claims from the store; use as a context manager."""
         from tasklab.service.worker import Worker
 

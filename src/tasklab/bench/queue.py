@@ -16,6 +16,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -36,6 +37,7 @@ class QueueReport:
     single_commit_per_s: float = 0.0
     enqueue_one_per_s: float = 0.0
     enqueue_batch_per_s: float = 0.0
+    threads_submit_per_s: float = 0.0  # 32 threads calling app.submit at once
     drain_per_s: dict[str, float] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     prune_per_s: float = 0.0
@@ -44,14 +46,14 @@ class QueueReport:
         return asdict(self)
 
 
-def _app(db: str, durability: str) -> TaskApp:
+def bench_app(db: str, durability: str) -> TaskApp:
     app = TaskApp(db, settings=Settings(durability=durability))
     for t in bench_tasks.registry.all():
         app.registry.add(t)
     return app
 
 
-def _reset(app: TaskApp) -> None:
+def require_empty(app: TaskApp) -> None:
     """Benchmarks need an empty store: recover anything left, then check."""
     counts = app.counts()
     if counts["queued"] or counts["running"]:
@@ -86,6 +88,91 @@ def enqueue_rates(app: TaskApp, n: int) -> tuple[float, float, float]:
     return max(probes), one, many
 
 
+def threads_submit_rate(app: TaskApp, n: int, threads: int = 32) -> float:
+    """`threads` threads (a web app's request threads) calling `app.submit` at once,
+    n tasks in all; each call returns after its task's commit."""
+    start = threading.Barrier(threads + 1)
+    each = max(1, n // threads)
+
+    def submit_some() -> None:
+        start.wait()
+        for _ in range(each):
+            app.submit("bench.noop", {})
+
+    pool = [threading.Thread(target=submit_some) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    return each * threads / (time.perf_counter() - t0)
+
+
+DEFAULT_WORKER = "default worker"
+
+
+def worker_process(db: str, *options: str) -> subprocess.Popen[str]:
+    """`tasklab worker` in a process of its own, with the bench's tasks and these
+    options only; returns once it says it is ready."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "tasklab.edges.cli", "worker", "--db", db),
+            *("--app", "tasklab.bench.tasks:app", *options),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stderr.readline() if proc.stderr else ""
+    if "ready" not in line:
+        proc.kill()
+        raise SystemExit(f"the worker did not start: {line.strip()}")
+    return proc
+
+
+def stop_worker(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+    if proc.stderr:
+        proc.stderr.close()
+
+
+def default_worker_drain(app: TaskApp, n: int, durability: str) -> float:
+    """n tasks drained by the worker exactly as `tasklab worker` starts (no options
+    but where the tasks are; `--durability` only when the bench's is not the
+    default)."""
+    ids: list[str] = []
+    for start in range(0, n, 1000):
+        ids += app.submit_many("bench.noop", [{}] * min(1000, n - start))
+    extra = [] if durability == "full" else ["--durability", durability]
+    proc = worker_process(app.db, *extra)
+    try:
+        _wait_drained(app, ids)
+    finally:
+        stop_worker(proc)
+    return store_rate(app, ids)
+
+
+def _wait_drained(app: TaskApp, ids: list[str]) -> None:
+    # poll gently: the drain figure comes from the store's timestamps, and the
+    # observer must not compete with the worker for the GIL and the database (a
+    # key lookup of the last tasks, then the kept counters)
+    tail = ids[-64:]
+    while not all(s.terminal for s in app.store.states_of(tail).values()):
+        time.sleep(0.05)
+    while not all_done(app, ids):
+        time.sleep(0.05)
+
+
+def store_rate(app: TaskApp, ids: list[str]) -> float:
+    first_start = min(app.query(i).started_at for i in ids[:50])  # type: ignore[type-var]
+    last_end = max(app.query(i).finished_at for i in ids[-50:])  # type: ignore[type-var]
+    return len(ids) / (last_end - first_start).total_seconds()  # type: ignore[operator]
+
+
 def drain_rate(
     app: TaskApp, n: int, concurrency: int, batch: int = 1000, pin_cpu: int | None = None
 ) -> float:
@@ -93,47 +180,20 @@ def drain_rate(
     for start in range(0, n, batch):
         ids += app.submit_many("bench.noop", [{}] * min(batch, n - start))
     with app.worker(concurrency=concurrency, pin_cpu=pin_cpu):
-        # poll gently: the drain figure comes from the store's timestamps, and the
-        # observer must not compete with the worker for the GIL and the database (a
-        # key lookup of the last tasks, not a count over the whole table)
-        tail = ids[-64:]
-        while not all(s.terminal for s in app.store.states_of(tail).values()):
-            time.sleep(0.05)
-        while not _all_done(app, ids):
-            time.sleep(0.05)
-    first_start = min(app.query(i).started_at for i in ids[:50])  # type: ignore[type-var]
-    last_end = max(app.query(i).finished_at for i in ids[-50:])  # type: ignore[type-var]
-    return n / (last_end - first_start).total_seconds()  # type: ignore[operator]
+        _wait_drained(app, ids)
+    return store_rate(app, ids)
 
 
-def _all_done(app: TaskApp, ids: list[str]) -> bool:
+def all_done(app: TaskApp, ids: list[str]) -> bool:
     counts = app.counts()
     return counts["queued"] + counts["running"] == 0
 
 
 def latency(app: TaskApp, samples: int, pin_cpu: int | None = None) -> dict[str, float]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tasklab.edges.cli",
-            "worker",
-            "--db",
-            app.db,
-            "--app",
-            "tasklab.bench.tasks:app",
-            "--concurrency",
-            "1",
-            *([] if pin_cpu is None else ["--pin-cpu", str(pin_cpu)]),
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
+    worker = worker_process(
+        app.db, "--concurrency", "1", *([] if pin_cpu is None else ["--pin-cpu", str(pin_cpu)])
     )
     try:
-        assert "ready" in worker.stderr.readline()  # type: ignore[union-attr]
         time.sleep(0.3)
         lat: list[float] = []
         for _ in range(samples):
@@ -145,10 +205,7 @@ def latency(app: TaskApp, samples: int, pin_cpu: int | None = None) -> dict[str,
             lat.append((snap.result - t0) * 1000)
             time.sleep(0.005)  # the worker is idle again before the next one
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(30)
-        if worker.stderr:
-            worker.stderr.close()
+        stop_worker(worker)
     lat.sort()
     q = statistics.quantiles(lat, n=100)
     return {"p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2)}
@@ -162,8 +219,8 @@ def run(
     latency_samples: int,
     pin_cpu: int | None = None,
 ) -> QueueReport:
-    app = _app(db, durability)
-    _reset(app)
+    app = bench_app(db, durability)
+    require_empty(app)
     report = QueueReport(
         db=redact(db),
         n=n,
@@ -179,8 +236,10 @@ def run(
     commit, one, many = enqueue_rates(app, n)
     report.single_commit_per_s = round(commit)
     report.enqueue_one_per_s, report.enqueue_batch_per_s = round(one), round(many)
+    report.threads_submit_per_s = round(threads_submit_rate(app, n))
     # drain the 2n tasks just enqueued first, so that every drain starts from empty
     _drain_all(app)
+    report.drain_per_s[DEFAULT_WORKER] = round(default_worker_drain(app, n, durability))
     for c in concurrencies:
         report.drain_per_s[str(c)] = round(drain_rate(app, n, c, pin_cpu=pin_cpu))
     report.latency_ms = latency(app, latency_samples, pin_cpu)
@@ -200,5 +259,5 @@ def prune_rate(app: TaskApp) -> float:
 
 def _drain_all(app: TaskApp) -> None:
     with app.worker(concurrency=32):
-        while not _all_done(app, []):
+        while not all_done(app, []):
             time.sleep(0.05)

@@ -32,10 +32,33 @@ def _queue_figures(r: Any) -> list[tuple[str, str]]:
         ("single commit (store)", f"{r.single_commit_per_s:,}/s"),
         ("enqueue one at a time", f"{r.enqueue_one_per_s:,}/s ({share:.0%} of a commit)"),
         ("enqueue submit_many", f"{r.enqueue_batch_per_s:,}/s"),
-        *((f"drain, concurrency {c}", f"{rate:,}/s") for c, rate in r.drain_per_s.items()),
+        ("enqueue, 32 threads at once", f"{r.threads_submit_per_s:,}/s"),
+        *(
+            (f"drain, {c}" if not c.isdigit() else f"drain, concurrency {c}", f"{rate:,}/s")
+            for c, rate in r.drain_per_s.items()
+        ),
         ("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms"),
         ("prune (terminal tasks)", f"{r.prune_per_s:,}/s"),
     ]
+
+
+def backlog_table(r: Any) -> Table:
+    """`tasklab bench queue --backlog N`: the rate of every window beside the
+    empty-store rate."""
+    table = Table(
+        "figure", "value", title=f"tasklab bench queue --backlog {r.n:,} — {redact(r.db)}"
+    )
+    table.add_row("empty store, default worker", f"{r.empty_store_per_s:,}/s")
+    for i, rate in enumerate(r.windows_per_s):
+        vs = rate / max(r.empty_store_per_s, 1) - 1
+        span = f"tasks {i * r.window:,}–{(i + 1) * r.window:,}"
+        table.add_row(span, f"{rate:,}/s ({vs:+.0%})")
+    table.add_row("slowest window vs empty store", f"-{r.worst_vs_empty:.0%}")
+    table.add_row("enqueue (submit_many)", f"{r.enqueue_per_s:,}/s")
+    table.add_row(
+        "counts()", f"{r.counts_ms['queued']} ms queued, {r.counts_ms['finished']} ms finished"
+    )
+    return table
 
 
 def runners_table(report: Any) -> Table:

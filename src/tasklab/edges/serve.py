@@ -33,6 +33,7 @@ from tasklab.edges.http.state import ServerState
 from tasklab.edges.hub import ChangeHub
 from tasklab.edges.jsonl.server import JsonLinesServer
 from tasklab.redact import redact
+from tasklab.runners import default_concurrency
 from tasklab.runners.thread import check_cpu
 from tasklab.service.retention import Retention
 
@@ -46,7 +47,7 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     jsonl_port: int = 7411
-    concurrency: int = 4
+    concurrency: int | None = None  # None: the runner's default
     runner: str = "thread"
     drain_timeout: float = 10.0
     webhooks: list[str] = field(default_factory=list)
@@ -136,7 +137,7 @@ class Service:
             max_streams=opts.max_streams,
             sse_heartbeat=opts.sse_heartbeat,
             webhooks=opts.webhooks,
-            bound_slots=opts.concurrency,
+            bound_slots=opts.concurrency or default_concurrency(opts.runner),
         )
         self.http_url = ""
         self.jsonl: JsonLinesServer | None = None

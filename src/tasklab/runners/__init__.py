@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -9,6 +10,25 @@ if TYPE_CHECKING:
     from tasklab.runners.base import BaseRunner
 
 RUNNER_KINDS = ("thread", "process", "async")
+
+
+def default_concurrency(kind: str) -> int:
+    """Slots when none are asked for (`tasklab worker` with no `--concurrency`).
+
+    Thread and async: 32. Tasks on these runners are I/O-bound by nature — a
+    pure-Python computation runs one at a time under the GIL whatever the slot count,
+    while a task that waits on a web service or a database wants many slots, as a web
+    server's request threads do; 32 is the bound Python's own ThreadPoolExecutor
+    chose for I/O work. Short tasks gain too: many finishing at once share one commit
+    (finisher.py). An idle slot costs a parked thread, nothing else.
+    Process: one per CPU this process may run on — those tasks compute."""
+    if kind == "process":
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    return 32
 
 
 def make_runner(

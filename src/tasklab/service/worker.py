@@ -23,7 +23,7 @@ from tasklab.core.models import Claim, ClaimRequest
 from tasklab.core.states import CancelReason
 from tasklab.engine import as_engine
 from tasklab.errors import QueueFull, SessionLost, ShuttingDown, TasklabError
-from tasklab.runners import make_runner
+from tasklab.runners import default_concurrency, make_runner
 from tasklab.service.retention import Retention
 from tasklab.store.roles import Leases, Recovery, Signals
 
@@ -47,7 +47,7 @@ class Worker:
         app: EngineLike,
         *,
         runner: str = "thread",
-        concurrency: int = 4,
+        concurrency: int | None = None,
         backlog: int = 0,
         names: list[str] | None = None,
         webhooks: list[str] | None = None,
@@ -55,8 +55,9 @@ class Worker:
         retain: timedelta | None = None,
     ) -> None:
         self.engine = engine = as_engine(app)
+        self.concurrency = concurrency or default_concurrency(runner)
         self.runner = make_runner(
-            runner, engine, workers=concurrency, backlog=backlog, pin_cpu=pin_cpu
+            runner, engine, workers=self.concurrency, backlog=backlog, pin_cpu=pin_cpu
         )
         self.pin_cpu = pin_cpu
         self.id = f"{engine.owner}:{uuid.uuid4().hex[:6]}"

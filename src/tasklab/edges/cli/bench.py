@@ -42,12 +42,27 @@ def bench_queue(
         int,
         typer.Option("--runs", min=1, help="Measure this many times; a column each."),
     ] = 1,
+    backlog: Annotated[
+        int | None,
+        typer.Option(
+            "--backlog",
+            min=1000,
+            help="Instead: queue this many tasks at once and drain them with the default "
+            "worker, a rate per window (does the drain slow as history grows?).",
+        ),
+    ] = None,
+    window: Annotated[int, typer.Option("--window", min=100)] = 100_000,
     as_json: AsJson = False,
 ) -> None:
-    """Enqueue one by one and in batches, drain, enqueue→start latency."""
+    """Enqueue one by one, from 32 threads and in batches, drain (the default worker and
+    chosen concurrencies), enqueue→start latency."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from tasklab.bench import queue
+
+    if backlog is not None:
+        _bench_backlog(db, backlog, min(window, backlog), durability, as_json)
+        return
 
     reports = []
     with Progress(
@@ -71,6 +86,30 @@ def bench_queue(
     from tasklab.bench.tables import queue_table
 
     _print_report(queue_table(reports), reports[0].conditions)
+
+
+def _bench_backlog(db: str, n: int, window: int, durability: str, as_json: bool) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tasklab.bench import backlog
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err
+    ) as progress:
+        bars: dict[str, Any] = {}
+
+        def tick(what: str, done: int, total: int) -> None:
+            if what not in bars:
+                bars[what] = progress.add_task(what, total=total)
+            progress.update(bars[what], completed=done)
+
+        report = _guard(lambda: backlog.run(db, n, window, durability, tick))
+    if as_json:
+        out.print_json(json.dumps(report.to_json()))
+        return
+    from tasklab.bench.tables import backlog_table
+
+    _print_report(backlog_table(report), report.conditions)
 
 
 @bench.command("runners")

@@ -63,7 +63,16 @@ Drain = Annotated[
     ),
 ]
 Runner = Annotated[str, typer.Option("--runner", help="thread | process | async")]
-Concurrency = Annotated[int, typer.Option("--concurrency", min=1)]
+Concurrency = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency",
+        min=1,
+        help="Slots: tasks at once (default: 32 on the thread and async runners, one per "
+        "CPU on the process runner)",
+        show_default=False,
+    ),
+]
 PinCpu = Annotated[
     int | None,
     typer.Option(

@@ -39,7 +39,7 @@ from tasklab.redact import redact
 def worker(
     db: Db = DEFAULT_DB,
     app: AppSpec = None,
-    concurrency: Concurrency = 4,
+    concurrency: Concurrency = None,
     runner: Runner = "thread",
     lease: Lease = 30.0,
     drain_timeout: Drain = 10.0,
@@ -64,7 +64,7 @@ def worker(
             ).start()
         )
         err.print(
-            f"tasklab worker ready: {concurrency} {runner} slots on {redact(db)}",
+            f"tasklab worker ready: {w.concurrency} {runner} slots on {redact(db)}",
             highlight=False,
         )
         while not stop.wait(0.2):
@@ -104,7 +104,7 @@ def serve(
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
     jsonl_port: Annotated[int, typer.Option("--jsonl-port", min=0, max=65535)] = 7411,
-    concurrency: Concurrency = 4,
+    concurrency: Concurrency = None,
     runner: Runner = "thread",
     lease: Lease = 30.0,
     drain_timeout: Drain = 10.0,
