@@ -178,3 +178,37 @@ def test_the_listener_reconnects_and_wakes_waiters_again(pg_url, admin):
     finally:
         other.close()
         app.close()
+
+
+def test_short_statements_are_never_jit_compiled(pg_url):
+    """JIT compiling a statement costs tens of milliseconds; tasklab's take a fraction
+    of one. Its sessions turn JIT off, and the state-counting trigger pins its own
+    planner settings: planned first inside the claim function (enable_sort off), its
+    statement once cost 10^10 and was compiled on every state change — a drain at
+    concurrency 1 fell from ~650/s to 16/s. In a session with JIT on (a user's own
+    connection), a claim and then fenced writes must not trip it either."""
+    from tasklab.core.models import NewTask
+    from tasklab.store import open_store
+
+    store = open_store(pg_url)
+    try:
+        with store._read() as conn:
+            assert conn.execute("SHOW jit").fetchone()["jit"] == "off"
+        store.submit([NewTask("t.echo", {"value": i}, 1, False, None) for i in range(3)])
+        with psycopg.connect(pg_url, autocommit=True) as user:
+            assert user.execute("SHOW jit").fetchone()[0] == "on"
+            user.execute("LOAD 'auto_explain'")
+            user.execute("SET auto_explain.log_min_duration = 0")
+            user.execute("SET auto_explain.log_nested_statements = on")
+            user.execute("SET client_min_messages = log")
+            plans: list[str] = []
+            user.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+            claimed = user.execute(
+                "SELECT * FROM tasklab_claim(%s, %s, %s, %s)", (["t.echo"], 3, "o", 30.0)
+            ).fetchall()
+            for row in claimed:
+                user.execute(store.q["fence"], {"id": row[0], "epoch": row[3], "n": 0})
+        counted = [p for p in plans if "task_counts" in p]
+        assert len(counted) >= 3 and not any("JIT:" in p for p in counted), counted[-1:]
+    finally:
+        store.close()
