@@ -10,7 +10,7 @@ import pytest
 
 from tasklab.core.models import NewTask, Outcome
 from tasklab.core.states import State
-from tasklab.errors import IdempotencyConflict
+from tasklab.errors import IdempotencyConflict, StoreError
 from tasklab.store import open_store, postgres, sqlite
 
 NAMES = ["t.echo"]
@@ -41,14 +41,18 @@ def test_previous_schema_migrates_without_loss(store_url, monkeypatch, which):
         running, done = old.claim(NAMES, 2, "w1", 30.0)
         assert old.finish(done, Outcome.returned({"ok": 2}), [("progress", {"p": 1})])
         event_id = old.outbox_for(done.task_id)["event_id"]
-        # a failed delivery as the old schema held it (the current query names the
-        # task, a column the oldest schema did not have)
-        now = "julianday('now')" if kind == "sqlite" else "clock_timestamp()"
-        with old._write() as conn:
-            conn.execute(
-                "INSERT INTO deliveries (event_id, url, attempts, next_attempt_at, last_error)"
-                f" VALUES ('{event_id}', 'http://x.example/hook', 1, {now}, 'HTTP 500')"
-            )
+        # a failed delivery as the old schema held it: the current query names its
+        # task, a column the oldest schema did not have — there, the row without it
+        try:
+            old.record_delivery(event_id, "http://x.example/hook", False, 0.0, "HTTP 500")
+        except StoreError:
+            now = "julianday('now')" if kind == "sqlite" else "clock_timestamp()"
+            with old._write() as conn:
+                conn.execute(
+                    "INSERT INTO deliveries (event_id, url, attempts, next_attempt_at,"
+                    f" last_error) VALUES ('{event_id}', 'http://x.example/hook', 1, {now},"
+                    " 'HTTP 500')"
+                )
         (queued,) = old.page(State.QUEUED, 10, None).items
     finally:
         old.close()

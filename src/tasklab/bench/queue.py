@@ -110,6 +110,7 @@ def threads_submit_rate(app: TaskApp, n: int, threads: int = 32) -> float:
 
 
 DEFAULT_WORKER = "default worker"
+TWO_WORKERS = "two default workers"
 
 
 def worker_process(db: str, *options: str) -> subprocess.Popen[str]:
@@ -140,19 +141,20 @@ def stop_worker(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-def default_worker_drain(app: TaskApp, n: int, durability: str) -> float:
-    """n tasks drained by the worker exactly as `tasklab worker` starts (no options
-    but where the tasks are; `--durability` only when the bench's is not the
-    default)."""
-    ids: list[str] = []
-    for start in range(0, n, 1000):
-        ids += app.submit_many("bench.noop", [{}] * min(1000, n - start))
+def default_worker_drain(app: TaskApp, n: int, durability: str, workers: int = 1) -> float:
+    """n tasks drained by `workers` processes each started exactly as `tasklab worker`
+    starts (no options but where the tasks are; `--durability` only when the bench's
+    is not the default)."""
     extra = [] if durability == "full" else ["--durability", durability]
-    proc = worker_process(app.db, *extra)
+    procs = [worker_process(app.db, *extra) for _ in range(workers)]
     try:
+        # every worker is ready and idle first, then all n arrive in one commit: no
+        # worker starts ahead of another
+        ids = app.submit_many("bench.noop", [{}] * n)
         _wait_drained(app, ids)
     finally:
-        stop_worker(proc)
+        for proc in procs:
+            stop_worker(proc)
     return store_rate(app, ids)
 
 
@@ -240,6 +242,7 @@ def run(
     # drain the 2n tasks just enqueued first, so that every drain starts from empty
     _drain_all(app)
     report.drain_per_s[DEFAULT_WORKER] = round(default_worker_drain(app, n, durability))
+    report.drain_per_s[TWO_WORKERS] = round(default_worker_drain(app, n, durability, 2))
     for c in concurrencies:
         report.drain_per_s[str(c)] = round(drain_rate(app, n, c, pin_cpu=pin_cpu))
     report.latency_ms = latency(app, latency_samples, pin_cpu)
