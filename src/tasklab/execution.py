@@ -31,6 +31,41 @@ class _ExecutionStore(Leases, Effects, TaskReads, Protocol):
     """The store roles used here: fenced writes, the effect journal, the stored events."""
 
 
+class StopFlag:
+    """`threading.Event`'s is_set / set / wait for an execution's stop request, without
+    building an Event (a Condition and its locks) for each of thousands of short tasks
+    that never wait on it: the Event is made the first time someone waits."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float) -> bool:
+        if self._set:
+            return True
+        with _FLAG_EVENTS:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if self._set:  # set() ran before the event existed: it could not wake it
+            event.set()
+        return event.wait(timeout)
+
+
+_FLAG_EVENTS = threading.Lock()
+
+
 class Execution:
     """Implements the context's port for a leased claim."""
 
@@ -44,7 +79,7 @@ class Execution:
         self.data_dir = engine.data_dir
         self.task_id = claim.task_id
         self.attempt = claim.attempt
-        self.cancel_flag = threading.Event()
+        self.cancel_flag = StopFlag()
         self.cancel_reason: CancelReason | None = None
         self.lost = False
         self.started = time.monotonic()

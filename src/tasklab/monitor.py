@@ -17,8 +17,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.models import Claim
@@ -105,14 +104,9 @@ class Monitor:
             if self._active.get(execution.task_id) is execution:
                 del self._active[execution.task_id]
 
-    @contextmanager
-    def watching(self, execution: Execution) -> Iterator[Execution]:
+    def watching(self, execution: Execution) -> _Watching:
         """Keep an execution's promises (deadline, heartbeats, flushes) while inside."""
-        self.add(execution)
-        try:
-            yield execution
-        finally:
-            self.remove(execution)
+        return _Watching(self, execution)
 
     def get(self, task_id: str) -> Execution | None:
         with self._lock:
@@ -223,3 +217,20 @@ def _io_round(ex: Execution, flush: bool, beat: bool) -> None:
         ex.flush()
     if beat:
         ex.beat()
+
+
+class _Watching:
+    """`Monitor.watching` (a class, not a generator: it wraps every task's run)."""
+
+    __slots__ = ("_execution", "_monitor")
+
+    def __init__(self, monitor: Monitor, execution: Execution) -> None:
+        self._monitor = monitor
+        self._execution = execution
+
+    def __enter__(self) -> Execution:
+        self._monitor.add(self._execution)
+        return self._execution
+
+    def __exit__(self, *exc: object) -> None:
+        self._monitor.remove(self._execution)

@@ -212,3 +212,32 @@ def test_short_statements_are_never_jit_compiled(pg_url):
         assert len(counted) >= 3 and not any("JIT:" in p for p in counted), counted[-1:]
     finally:
         store.close()
+
+
+def _vacuums_of(pg_url: str, table: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # a new session's statistics
+        row = conn.execute(
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables"
+            " WHERE relname = %s",
+            (table,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_worker_vacuums_the_queue_when_autovacuum_does_not(pg_url):
+    """Dead row versions of claimed and finished tasks slow every later claim (a 1M
+    drain slowed by half with autovacuum off). The worker's reaper asks the store to
+    vacuum the tables past a threshold of dead rows — here 1, so that a few tasks do."""
+    from tests.conftest import make_app
+
+    app = make_app(pg_url, lease=1.0)  # the reaper runs every lease/4
+    try:
+        app.store.vacuumer.threshold, app.store.vacuumer.every = 1, 0.0
+        before = _vacuums_of(pg_url, "tasks")
+        ids = [app.submit("t.echo", {"value": i}) for i in range(20)]
+        with app.worker(concurrency=4):
+            wait_for(lambda: all(app.query(i).state is State.SUCCEEDED for i in ids), 20)
+            wait_for(lambda: "tasks" in app.store.vacuumer.vacuumed, 20)
+        wait_for(lambda: _vacuums_of(pg_url, "tasks") > before, 10)
+    finally:
+        app.close()

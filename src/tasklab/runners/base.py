@@ -43,6 +43,9 @@ class BaseRunner(ABC):
         self._presence: Any = None
         self._running_ids: set[str] = set()
         self._inherited = 0  # adopted claims waiting to take over a finishing task's slot
+        # set when a slot frees: what a full worker's claim loop waits on (a commit
+        # elsewhere cannot help it, and waking it for each one costs the tasks time)
+        self.slot_freed = threading.Event()
 
     # ---- to be provided ------------------------------------------------------------
     @abstractmethod
@@ -120,7 +123,7 @@ class BaseRunner(ABC):
                 self._inherited -= 1
         if not inherited:
             self._slots.release()
-            self.engine.store.wake()  # a free slot: a waiting claim loop may claim now
+            self.slot_freed.set()  # a free slot: a waiting claim loop may claim now
 
     def _done(self, fut: Future[Any]) -> None:
         with self._lock:

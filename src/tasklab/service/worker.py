@@ -103,6 +103,7 @@ class Worker:
         if self in self.engine.finisher.refillers:
             self.engine.finisher.refillers.remove(self)
         self.store.wake()
+        self.runner.slot_freed.set()  # a full claim loop waits on this, not the store
         if self._thread is not None:
             self._thread.join()
         released = self.runner.cancel_unstarted()  # their callbacks release the claims
@@ -178,6 +179,7 @@ class Worker:
         next_reap = 0.0
         while not self._stop.is_set():
             token = store.change_token()
+            self.runner.slot_freed.clear()  # before counting: a slot freed later wakes us
             free = self.runner.free_slots
             try:
                 got = self._claim_some(free)
@@ -185,16 +187,20 @@ class Worker:
                 if now >= next_reap:
                     self._renew_waiting()
                     store.expire(settings.backoff)
+                    store.maintain()
                     next_reap = now + settings.reap_every
                 if got == 0 and not self._stop.is_set():
-                    # Full: a finishing task wakes us. Empty: a commit wakes us, or the
-                    # earliest delayed task becoming runnable, or the next reap.
+                    # Full: a slot freeing wakes us (nothing else can help). Empty: a
+                    # commit wakes us, or the earliest delayed task becoming runnable,
+                    # or the next reap.
                     wait = max(0.0, next_reap - now)
                     if free > 0:
                         delayed = store.seconds_until_runnable(self.leased_names + self.tx_names)
                         if delayed is not None:
                             wait = min(wait, delayed)
-                    store.wait_change(token, min(wait, 1.0))
+                        store.wait_change(token, min(wait, 1.0))
+                    else:
+                        self.runner.slot_freed.wait(min(wait, 1.0))
             except TasklabError as exc:
                 log.warning("worker loop: %s", exc)
                 self._stop.wait(0.2)

@@ -29,6 +29,7 @@ from tasklab.store import queries
 from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
+from tasklab.store.vacuum import Vacuumer
 
 log = logging.getLogger("tasklab.postgres")
 
@@ -85,6 +86,7 @@ class PostgresStore(SqlStore):
         # which store calls met a broken session (SessionLost), by method: what the
         # tests of killed sessions read to see the failure path taken, not the lease
         self.lost_sessions: Counter[str] = Counter()
+        self.vacuumer = Vacuumer(self._dedicated, self.q["dead_rows"])
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
@@ -249,6 +251,10 @@ class PostgresStore(SqlStore):
             except psycopg.Error:
                 ready.set()
                 self._closed.wait(0.5)
+
+    def maintain(self) -> None:
+        """Vacuum the queue's tables if autovacuum has left them full of dead rows."""
+        self.vacuumer.maybe()
 
     def close(self, timeout: float = 5.0) -> None:
         """Refuse new calls, wait up to `timeout` for those in flight, close."""

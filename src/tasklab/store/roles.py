@@ -103,6 +103,9 @@ class Recovery(Protocol):
     def register_worker(self, worker_id: str) -> None: ...
     def unregister_worker(self, worker_id: str) -> None: ...
     def workers(self) -> list[dict[str, JSON]]: ...
+    def maintain(self) -> None:
+        """Housekeeping a queue's churn needs (PostgreSQL: vacuum when autovacuum does
+        not keep up); called at the reaper's pace, never blocks."""
 
 
 class Outbox(Protocol):

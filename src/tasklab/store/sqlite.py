@@ -265,6 +265,10 @@ class SQLiteStore(SqlStore):
             conn.close()
             self._doorbell.unlisten(bell)
 
+    def maintain(self) -> None:
+        """Nothing to do: SQLite removes a row's old version in the write itself (no
+        dead rows pile up for a vacuum to remove, unlike PostgreSQL)."""
+
     def wake(self) -> None:
         """Wake this process's waiters (its own commits do so already)."""
         self._signal.bump()

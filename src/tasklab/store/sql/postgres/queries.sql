@@ -14,6 +14,12 @@ INSERT INTO schema_version (version) VALUES (:version);
 -- Serialise migrations between processes opening the same database.
 SELECT pg_advisory_xact_lock(7411001);
 
+-- name: dead_rows
+-- Dead row versions of tasklab's tables, from the statistics (store/vacuum.py).
+SELECT relname AS name, n_dead_tup AS dead FROM pg_stat_user_tables
+WHERE relid IN (to_regclass('tasks'), to_regclass('events'), to_regclass('outbox'),
+                to_regclass('deliveries'));
+
 -- name: now
 -- The database clock.
 SELECT clock_timestamp() AS now;
