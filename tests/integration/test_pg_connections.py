@@ -217,8 +217,7 @@ def test_short_statements_are_never_jit_compiled(pg_url):
 def _vacuums_of(pg_url: str, table: str) -> int:
     with psycopg.connect(pg_url, autocommit=True) as conn:  # a new session's statistics
         row = conn.execute(
-            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables"
-            " WHERE relname = %s",
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables WHERE relname = %s",
             (table,),
         ).fetchone()
     return int(row[0]) if row else 0

@@ -23,6 +23,17 @@ VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bou
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, created_at, run_after;
 
+-- name: insert_tasks
+-- Many new tasks without idempotency keys in one statement (a JSON array of
+-- `insert_task`'s parameters): one statement instead of one per row.
+INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
+                   timeout, run_after, created_at)
+SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
+       value ->> 'max_attempts', value ->> 'retry_safe', value ->> 'request_bound',
+       value ->> 'timeout', julianday('now'), julianday('now')
+FROM json_each(:rows) ORDER BY key
+RETURNING id, created_at, run_after;
+
 -- name: task_by_key
 -- The task holding an idempotency key.
 SELECT * FROM tasks WHERE idempotency_key = :key;
