@@ -1,11 +1,6 @@
 """The store contract: everything the rest of tasklab asks of durable storage, as the
-union of its roles (store/roles.py); fault injection; the counters every store keeps.
-
-Every method is one short transaction. Methods that take a `Claim` are *fenced*: they
-succeed only while the claim's epoch is the task's epoch, the task is live and its
-lease has not expired by the database clock; otherwise they raise `LeaseLost` and
-change nothing.
-"""
+union of its roles (store/roles.py, which says what every method promises); fault
+injection; the counters every store keeps."""
 
 from __future__ import annotations
 
