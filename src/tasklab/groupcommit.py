@@ -76,7 +76,11 @@ class GroupCommit(Generic[T, R]):
             lead = not self._leading
             self._leading = True
         if not lead:
-            item.wait()  # a result, or the lead handed to us
+            try:
+                item.wait()  # a result, or the lead handed to us
+            except BaseException:  # interrupted (Ctrl-C in the main thread)
+                self._withdraw(item)
+                raise
         while not item.done:
             with self._lock:
                 batch = self._pending[: self.max_batch]
@@ -101,3 +105,17 @@ class GroupCommit(Generic[T, R]):
             raise item.result
         answer_of_ours: R = item.result
         return answer_of_ours
+
+    def _withdraw(self, item: _Item[T]) -> None:
+        """A waiting caller that was interrupted: if its request is still pending it is
+        not written; if the lead had just been handed to it, the lead goes on to the
+        next pending caller, so that nobody waits for a leader that is gone."""
+        with self._lock:
+            if item not in self._pending:
+                return  # a leader has it: it is written, its answer unheard
+            self._pending.remove(item)
+            if item.woken:
+                if self._pending:
+                    self._pending[0].wake()
+                else:
+                    self._leading = False
