@@ -64,3 +64,33 @@ def test_registry_refuses_unknown_and_duplicate_names():
 def test_a_task_needs_a_context_parameter():
     with pytest.raises(TypeError, match="TaskContext"):
         TaskDef("x", lambda: None)
+
+
+def test_the_fast_payload_check_agrees_with_signature_bind():
+    """Submits check a plain signature's payload with set operations instead of
+    `Signature.bind`; every case must end as bind would have it."""
+    import pytest as _pytest
+
+    from tasklab.core.registry import Registry
+    from tasklab.errors import InvalidPayload
+
+    reg = Registry()
+
+    def fn(ctx, text: str, top: int = 3, *, flag: bool = False):  # type: ignore[no-untyped-def]
+        return None
+
+    def loose(ctx, text: str, **rest):  # type: ignore[no-untyped-def]
+        return None
+
+    from tasklab.core.registry import TaskDef
+
+    plain, open_ = TaskDef("t.plain", fn), TaskDef("t.loose", loose)
+    reg.add(plain)
+    assert plain.validate({"text": "a"}) == {"text": "a"}
+    assert plain.validate({"text": "a", "top": 1, "flag": True})["flag"] is True
+    for bad in ({}, {"top": 1}, {"text": "a", "nope": 1}, {"text": 1}, {"text": "a", "top": "x"}):
+        with _pytest.raises(InvalidPayload):
+            plain.validate(bad)
+    assert open_.validate({"text": "a", "extra": [1]}) == {"text": "a", "extra": [1]}
+    with _pytest.raises(InvalidPayload):
+        open_.validate({"extra": 1})

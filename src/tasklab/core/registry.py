@@ -40,9 +40,24 @@ class TaskDef:
     # an `async def` twin that drives the same logic, for the asyncio runner
     async_fn: Callable[..., Any] | None = None
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
+    # For the common signature (named parameters only, no *args/**kwargs): the names in
+    # order and the required ones, so that a submit checks a payload's keys with two
+    # set operations instead of `Signature.bind` (a seventh of a submit's CPU). None:
+    # anything else, checked by `bind` as before.
+    _plain: tuple[tuple[str, ...], frozenset[str]] | None = field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "signature", _payload_signature(self.fn))
+        signature = _payload_signature(self.fn)
+        object.__setattr__(self, "signature", signature)
+        params = list(signature.parameters.values())
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        plain = None
+        if all(p.kind in named for p in params):
+            required = frozenset(p.name for p in params if p.default is inspect.Parameter.empty)
+            plain = (tuple(p.name for p in params), required)
+        object.__setattr__(self, "_plain", plain)
 
     @property
     def qualified(self) -> str:
@@ -64,12 +79,20 @@ class TaskDef:
         size = len(encoded) if encoded.isascii() else len(encoded.encode())
         if size > MAX_PAYLOAD_BYTES:
             raise InvalidPayload(f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
-        try:
-            bound = self.signature.bind(**payload)
-        except TypeError as exc:
-            raise InvalidPayload(f"payload does not fit {self.name!r}: {exc}") from None
-        for name, value in bound.arguments.items():
-            _check_type(self.name, name, self.signature.parameters[name], value)
+        plain = self._plain
+        fits = False
+        if plain is not None and plain[1] <= payload.keys():
+            # every required name is there; the rest must be parameters too
+            arguments = [(name, payload[name]) for name in plain[0] if name in payload]
+            fits = len(arguments) == len(payload)
+        if not fits:
+            try:
+                arguments = list(self.signature.bind(**payload).arguments.items())
+            except TypeError as exc:
+                raise InvalidPayload(f"payload does not fit {self.name!r}: {exc}") from None
+        params = self.signature.parameters
+        for name, value in arguments:
+            _check_type(self.name, name, params[name], value)
         if self.check is not None:
             self.check(payload, data_dir)
         return payload, encoded
