@@ -134,14 +134,20 @@ def stream(ctx: Any, parts: list[str], pause: float = 0.0) -> str:
 @app.task(name="t.effect", max_attempts=3, retry_safe=True, retry_on=(Flaky,))
 def effect(ctx: Any, fail_after_effect: int = 0) -> Any:
     with ctx.effect("charge") as eff:
-        if eff.done:
-            charged = eff.result
-        else:
-            charged = {"charged_on_attempt": ctx.attempt}
-            eff.set_result(charged)
-    if ctx.attempt <= fail_after_effect:
+        _charge(eff, ctx.attempt)
+    return _after_charge(eff, ctx.attempt, fail_after_effect)
+
+
+def _charge(eff: Any, attempt: int) -> None:
+    """Charge once: a retry finds the first attempt's charge in the journal."""
+    if not eff.done:
+        eff.set_result({"charged_on_attempt": attempt})
+
+
+def _after_charge(eff: Any, attempt: int, fail_after_effect: int) -> Any:
+    if attempt <= fail_after_effect:
         raise Flaky("after the effect")
-    return {"charge": charged, "previous": eff.previous, "attempt": ctx.attempt}
+    return {"charge": eff.result, "previous": eff.previous, "attempt": attempt}
 
 
 @app.task(name="t.async_effect", max_attempts=3, retry_safe=True, retry_on=(Flaky,))
@@ -152,14 +158,8 @@ async def async_effect(ctx: Any, fail_after_effect: int = 0) -> Any:
     await ctx.stream("a")
     await ctx.heartbeat()
     async with ctx.effect("charge") as eff:
-        if eff.done:
-            charged = eff.result
-        else:
-            charged = {"charged_on_attempt": ctx.attempt}
-            eff.set_result(charged)
-    if ctx.attempt <= fail_after_effect:
-        raise Flaky("after the effect")
-    return {"charge": charged, "previous": eff.previous, "attempt": ctx.attempt}
+        _charge(eff, ctx.attempt)
+    return _after_charge(eff, ctx.attempt, fail_after_effect)
 
 
 @app.task(name="t.tx", transactional=True)

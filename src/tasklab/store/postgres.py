@@ -153,10 +153,8 @@ class PostgresStore(SqlStore):
                     conn.execute(self.q[name].replace("%%", "%"))
                     conn.execute(self.q["schema_version_set"], {"version": version})
 
-    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Any]:
-        rows = self._all(conn, "insert_tasks", **_columns(batch))
-        by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
-        return [by_id[p["id"]] for p in batch]
+    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return _columns(batch)
 
     def _lock_table(self, conn: Any, query: str) -> None:
         conn.execute(self.q[query])
@@ -171,7 +169,7 @@ class PostgresStore(SqlStore):
     def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
         # One statement over arrays (a column each): a pipelined executemany saves the
         # round trips but the server still plans and runs a statement per row.
-        conn.execute(self.q[query + "_batch"], _columns(params))
+        conn.execute(self.q[query + "_batch"], self._rows_param(params))
 
     def _dt(self, value: Any) -> datetime | None:
         return value.astimezone(UTC) if value is not None else None

@@ -170,10 +170,8 @@ class SQLiteStore(SqlStore):
         ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
         return _EPOCH + timedelta(milliseconds=ms)
 
-    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Any]:
-        rows = self._all(conn, "insert_tasks", rows=json.dumps(batch))
-        by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
-        return [by_id[p["id"]] for p in batch]
+    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"rows": json.dumps(batch)}
 
     def _lock_table(self, conn: Any, query: str) -> None:
         pass  # BEGIN IMMEDIATE: writers take turns already

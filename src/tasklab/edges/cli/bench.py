@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -20,9 +21,15 @@ from tasklab.edges.cli.common import (
 )
 
 
-def _print_report(table: Table, conditions: dict[str, Any]) -> None:
-    """A benchmark's figures, always with the conditions they were measured under."""
-    out.print(table)
+def _report(
+    as_json: bool, doc: dict[str, Any], table: Callable[[], Table], conditions: dict[str, Any]
+) -> None:
+    """A benchmark's figures: one JSON document, or a table always printed with the
+    conditions it was measured under."""
+    if as_json:
+        out.print_json(json.dumps(doc))
+        return
+    out.print(table())
     out.print(json.dumps(conditions), highlight=False)
 
 
@@ -79,13 +86,11 @@ def bench_queue(
                 )
             )
             progress.update(task, total=1, completed=1)
-    if as_json:
-        docs = [r.to_json() for r in reports]
-        out.print_json(json.dumps(docs[0] if runs == 1 else {"runs": docs}))
-        return
     from tasklab.bench.tables import queue_table
 
-    _print_report(queue_table(reports), reports[0].conditions)
+    docs = [r.to_json() for r in reports]
+    doc = docs[0] if runs == 1 else {"runs": docs}
+    _report(as_json, doc, lambda: queue_table(reports), reports[0].conditions)
 
 
 def _bench_backlog(db: str, n: int, window: int, durability: str, as_json: bool) -> None:
@@ -104,12 +109,9 @@ def _bench_backlog(db: str, n: int, window: int, durability: str, as_json: bool)
             progress.update(bars[what], completed=done)
 
         report = _guard(lambda: backlog.run(db, n, window, durability, tick))
-    if as_json:
-        out.print_json(json.dumps(report.to_json()))
-        return
     from tasklab.bench.tables import backlog_table
 
-    _print_report(backlog_table(report), report.conditions)
+    _report(as_json, report.to_json(), lambda: backlog_table(report), report.conditions)
 
 
 @bench.command("runners")
@@ -128,12 +130,9 @@ def bench_runners(
     report = _guard(lambda: runners.run(megabytes, files, repeat))
     if png:
         runners.chart(report, png)
-    if as_json:
-        out.print_json(json.dumps(asdict(report)))
-        return
     from tasklab.bench.tables import runners_table
 
-    _print_report(runners_table(report), report.conditions)
+    _report(as_json, asdict(report), lambda: runners_table(report), report.conditions)
 
 
 @bench.command("serve")
@@ -147,9 +146,6 @@ def bench_serve(
     from tasklab.bench import serve as bench_serve_mod
 
     report = _guard(lambda: bench_serve_mod.run(n, events, idle))
-    if as_json:
-        out.print_json(json.dumps(report.to_json()))
-        return
     from tasklab.bench.tables import serve_table
 
-    _print_report(serve_table(report), report.conditions)
+    _report(as_json, report.to_json(), lambda: serve_table(report), report.conditions)

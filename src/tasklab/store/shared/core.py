@@ -225,6 +225,11 @@ class SqlCore(ABC):
         need one (PostgreSQL); SQLite's writers take turns already."""
 
     @abstractmethod
+    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
+        """Many rows of one statement's parameters, as the dialect's batch queries take
+        them (PostgreSQL: an array per column; SQLite: one JSON array)."""
+
+    @abstractmethod
     def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
         """(task id, epoch, event count) per claim, as the `fence_many` query takes them."""
 

@@ -86,8 +86,11 @@ class SqlSubmits(SqlCore):
         )
 
     def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Row]:
-        """Many new tasks without idempotency keys (a store may pipeline them)."""
-        return [self._one(conn, "insert_task", **params) for params in batch]
+        """Many new tasks without idempotency keys in one statement (`insert_tasks`,
+        its rows as the dialect passes many: `_rows_param`); answers in batch order."""
+        rows = self._all(conn, "insert_tasks", **self._rows_param(batch))
+        by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
+        return [by_id[params["id"]] for params in batch]
 
     def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
         params = self._insert_params(item)
