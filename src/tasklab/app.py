@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from tasklab.config import Settings
-from tasklab.core.jsontext import check_text
+from tasklab.controls import QueueControls
 from tasklab.core.models import (
     CancelOutcome,
     Claim,
@@ -26,8 +26,17 @@ from tasklab.core.models import (
     Page,
     TaskSnapshot,
 )
+from tasklab.core.queueing import (
+    DEFAULT_QUEUE,
+    NO_OPTIONS,
+    SubmitOptions,
+    check_concurrency,
+    check_priority,
+    check_queue,
+)
 from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.states import CancelReason, State
+from tasklab.core.submitting import prepare
 from tasklab.engine import Engine
 from tasklab.errors import InvalidPayload
 from tasklab.finisher import Finisher
@@ -44,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DB = "sqlite:///tasklab.db"
 
 
-class TaskApp:
+class TaskApp(QueueControls):
     """Register tasks, submit them, run them, ask what happened."""
 
     def __init__(
@@ -129,10 +138,22 @@ class TaskApp:
         retry_on: tuple[type[BaseException], ...] = (),
         transactional: bool = False,
         timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        concurrency_limit: int | None = None,
     ) -> Callable[[F], F]:
-        """Register a function as a task. Its first argument is the `TaskContext`."""
+        """Register a function as a task. Its first argument is the `TaskContext`.
+        `queue` and `priority` are its defaults (a submit may override them);
+        `concurrency_limit`: at most that many running at once per `concurrency_key`
+        given at submit."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+        check_queue(queue)
+        check_priority(priority)
+        if concurrency_limit is not None:
+            check_concurrency(concurrency_limit, "concurrency_limit")
+            if transactional:
+                raise ValueError("a transactional task cannot have a concurrency_limit")
 
         def register(fn: F) -> F:
             is_async = inspect.iscoroutinefunction(fn)
@@ -148,6 +169,9 @@ class TaskApp:
                     transactional=transactional,
                     timeout=timeout,
                     is_async=is_async,
+                    queue=queue,
+                    priority=priority,
+                    concurrency_limit=concurrency_limit,
                 )
             )
             return fn
@@ -162,31 +186,18 @@ class TaskApp:
         key: str | None,
         max_attempts: int | None,
         request_bound: bool = False,
+        options: SubmitOptions = NO_OPTIONS,
     ) -> NewTask:
-        spec = self.registry.get(task)
-        valid, encoded = spec.validate_encoded(payload, self.data_dir)
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
-            raise InvalidPayload("idempotency_key must be a string of 1 to 200 characters")
-        if key is not None:
-            try:
-                check_text(key)
-            except ValueError as exc:
-                raise InvalidPayload(f"idempotency_key is not text: {exc}") from None
-        if max_attempts is not None and (
-            not isinstance(max_attempts, int)
-            or isinstance(max_attempts, bool)
-            or not 1 <= max_attempts <= 1000
-        ):
-            raise InvalidPayload("max_attempts must be an integer from 1 to 1000")
-        return NewTask(
-            task=spec.name,
-            payload=valid,
-            max_attempts=max_attempts or spec.max_attempts,
-            retry_safe=spec.retry_safe,
-            idempotency_key=key,
+        """Check a submit and make its `NewTask` (InvalidPayload: nothing is stored)."""
+        return prepare(
+            self.registry,
+            task,
+            payload,
+            key,
+            max_attempts,
+            options,
             request_bound=request_bound,
-            timeout=spec.timeout,
-            payload_json=encoded,
+            data_dir=self.data_dir,
         )
 
     def submit(
@@ -195,9 +206,27 @@ class TaskApp:
         payload: object,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        unique_key: str | None = None,
     ) -> str:
-        """Queue a task; returns its id (the existing one for a known idempotency key)."""
-        return self.submit_ex(task, payload, idempotency_key, max_attempts)[0].id
+        """Queue a task; returns its id (the existing one for a known idempotency key,
+        or for a live task holding the same `unique_key`). `run_at` (timezone-aware)
+        or `delay`: not claimed before then, by the database clock. `queue`,
+        `priority` (-100..100, higher first): the task's defaults unless given."""
+        options = SubmitOptions.of(
+            run_at=run_at,
+            delay=delay,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            unique_key=unique_key,
+        )
+        return self.submit_ex(task, payload, idempotency_key, max_attempts, options=options)[0].id
 
     def submit_ex(
         self,
@@ -207,14 +236,24 @@ class TaskApp:
         max_attempts: int | None = None,
         *,
         request_bound: bool = False,
+        options: SubmitOptions = NO_OPTIONS,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
-        item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound)
+        item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound, options)
         return self.engine.submitter.submit(item)
 
-    def submit_many(self, task: str, payloads: Iterable[object]) -> list[str]:
+    def submit_many(
+        self,
+        task: str,
+        payloads: Iterable[object],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: timedelta | float | None = None,
+    ) -> list[str]:
         """Queue many tasks of one name in one transaction (all or none)."""
-        items = [self.prepare(task, p, None, None) for p in payloads]
+        options = SubmitOptions.of(queue=queue, priority=priority, delay=delay)
+        items = [self.prepare(task, p, None, None, options=options) for p in payloads]
         return [snap.id for snap, _ in self.store.submit(items)]
 
     def submit_prepared(

@@ -26,6 +26,7 @@ from tasklab.core.context import TaskContext
 from tasklab.core.ending import AttemptFacts, call_ending, outcome_of
 from tasklab.core.models import CancelOutcome, Claim, EffectRecord, Outcome, TaskSnapshot
 from tasklab.core.registry import Registry, TaskDef
+from tasklab.core.schedules import ScheduleDef
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import InvalidPayload, LeaseLost, SessionLost, TasklabError
 from tasklab.execution import Execution
@@ -61,6 +62,8 @@ class Engine:
         self.monitor = Monitor(self)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._claim_calls = itertools.count(1)
+        # schedules declared in code (@app.periodic): stored by each scheduler at start
+        self.periodic: dict[str, ScheduleDef] = {}
 
     @property
     def store(self) -> Store:
@@ -108,6 +111,17 @@ class Engine:
                 local.request_stop(reason)
         return out
 
+    def store_schedule(self, spec: ScheduleDef) -> bool:
+        """Store a schedule, keeping the progress of one stored with the same timing;
+        a new one first ticks after the database's now."""
+        return self.store.put_schedule(spec, spec.next_after(self.store.now()), keep=True)
+
+    def claim_filter(self) -> tuple[builtins.list[str], tuple[str, ...]]:
+        """The leased task names this process runs, and those with a per-key limit."""
+        leased = [t for t in self.registry.all() if not t.transactional]
+        keyed = tuple(t.name for t in leased if t.concurrency_limit is not None)
+        return [t.name for t in leased], keyed
+
     # ---- executing -----------------------------------------------------------------
     def run(self, task_id: str, execute: Callable[[Claim], object] | None = None) -> TaskSnapshot:
         """Claim the given queued task, execute it (here, or with a runner's `execute`),
@@ -133,12 +147,14 @@ class Engine:
         """Run queued tasks that are runnable now, one at a time in this thread, until
         none is left (or `limit` ran); returns how many ran. For tests: what a worker
         would do, without threads — a task's retry waits for its backoff as usual."""
-        leased = [t.name for t in self.registry.all() if not t.transactional]
+        leased, keyed = self.claim_filter()
         transactional = [t.name for t in self.registry.all() if t.transactional]
         ran = 0
         with self.store.executor_presence():
             while limit is None or ran < limit:
-                claims = self.store.claim(leased, 1, self.claim_owner(), self.settings.lease)
+                claims = self.store.claim(
+                    leased, 1, self.claim_owner(), self.settings.lease, keyed=keyed
+                )
                 if claims:
                     self.execute(claims[0])
                 elif ids := self.store.queued_ids(transactional, 1):

@@ -204,7 +204,8 @@ def test_short_statements_are_never_jit_compiled(pg_url):
             plans: list[str] = []
             user.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
             claimed = user.execute(
-                "SELECT * FROM tasklab_claim(%s, %s, %s, %s)", (["t.echo"], 3, "o", 30.0)
+                "SELECT * FROM tasklab_claim(%s, %s, %s, %s, %s)",
+                (["t.echo"], "default", 3, "o", 30.0),
             ).fetchall()
             for row in claimed:
                 user.execute(store.q["fence"], {"id": row[0], "epoch": row[3], "n": 0})

@@ -39,6 +39,10 @@ class TaskSnapshot:
     lease_owner: str | None = None
     lease_until: datetime | None = None
     run_after: datetime | None = None
+    queue: str = "default"
+    priority: int = 0
+    concurrency_key: str | None = None
+    unique_key: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -56,6 +60,11 @@ class TaskSnapshot:
             "error": self.error.to_json() if self.error else None,
             "cancel_reason": self.cancel_reason.value if self.cancel_reason else None,
             "idempotency_key": self.idempotency_key,
+            "queue": self.queue,
+            "priority": self.priority,
+            "concurrency_key": self.concurrency_key,
+            "unique_key": self.unique_key,
+            "run_after": iso(self.run_after),
             "created_at": iso(self.created_at),
             "started_at": iso(self.started_at),
             "finished_at": iso(self.finished_at),
@@ -132,12 +141,15 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """What a worker asks for when it claims: up to `limit` runnable tasks of `names`."""
+    """What a worker asks for when it claims: up to `limit` runnable tasks of `names`
+    in `queues` (None: every queue)."""
 
     names: list[str]
     limit: int
     owner: str
     lease: float
+    queues: list[str] | None = None
+    keyed: tuple[str, ...] = ()  # the names among `names` with a per-key limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,13 @@ class NewTask:
     request_bound: bool = False
     timeout: float | None = None
     payload_json: str | None = None  # the payload's stored text, when validation made it
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime | None = None  # or `delay` seconds from the commit (database clock)
+    delay: float | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None  # the task's per-key limit, with a key only
+    unique_key: str | None = None
 
     def payload_text(self) -> str:
         return self.payload_json if self.payload_json is not None else dumps(self.payload)

@@ -39,6 +39,10 @@ class TaskDef:
     check: Callable[[dict[str, Any], Any], None] | None = None
     # an `async def` twin that drives the same logic, for the asyncio runner
     async_fn: Callable[..., Any] | None = None
+    # where and in what order it runs by default, and its per-key concurrency limit
+    queue: str = "default"
+    priority: int = 0
+    concurrency_limit: int | None = None
     signature: inspect.Signature = field(init=False, repr=False, compare=False)
     # For the common signature (named parameters only, no *args/**kwargs): the names in
     # order and the required ones, so that a submit checks a payload's keys with two

@@ -20,17 +20,21 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.models import Claim, ClaimRequest
+from tasklab.core.queueing import check_queue
 from tasklab.core.states import CancelReason
 from tasklab.engine import as_engine
 from tasklab.errors import QueueFull, SessionLost, ShuttingDown, TasklabError
 from tasklab.runners import default_concurrency, make_runner
 from tasklab.service.retention import Retention
+from tasklab.service.scheduler import Scheduler
 from tasklab.store.roles import Leases, Recovery, Signals
 
 if TYPE_CHECKING:
     from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.worker")
+
+RATE_POLL = 0.05  # seconds between idle claims while a limited queue exists
 
 
 class _WorkerStore(Leases, Recovery, Signals, Protocol):
@@ -53,6 +57,8 @@ class Worker:
         webhooks: list[str] | None = None,
         pin_cpu: int | None = None,
         retain: timedelta | None = None,
+        queues: list[str] | None = None,
+        scheduler: bool = True,
     ) -> None:
         self.engine = engine = as_engine(app)
         self.concurrency = concurrency or default_concurrency(runner)
@@ -65,6 +71,10 @@ class Worker:
         specs = [engine.registry.get(n) for n in wanted]
         self.leased_names = [s.name for s in specs if not s.transactional]
         self.tx_names = [s.name for s in specs if s.transactional]
+        # the names with a per-key limit: their claims take the limited path
+        self.keyed = tuple(s.name for s in specs if s.concurrency_limit is not None)
+        self.queues = [check_queue(q) for q in queues] if queues else None
+        self.scheduler = Scheduler(engine) if scheduler else None
         self.webhooks = list(webhooks or [])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,6 +98,8 @@ class Worker:
             self._dispatcher = Dispatcher(self.engine, self.webhooks).start()
         if self.retention is not None:
             self.retention.start()
+        if self.scheduler is not None:
+            self.scheduler.start()
         return self
 
     def __enter__(self) -> Worker:
@@ -129,6 +141,8 @@ class Worker:
             self.runner.abandon()
         if self._dispatcher is not None:
             self._dispatcher.stop()
+        if self.scheduler is not None:
+            self.scheduler.stop()
         if self.retention is not None:
             self.retention.stop()
         try:
@@ -149,7 +163,12 @@ class Worker:
         if slots == 0:
             return None
         return ClaimRequest(
-            self.leased_names, slots, self.engine.claim_owner(), self.engine.settings.lease
+            self.leased_names,
+            slots,
+            self.engine.claim_owner(),
+            self.engine.settings.lease,
+            self.queues,
+            self.keyed,
         )
 
     def claims_lost(self, request: ClaimRequest) -> None:
@@ -198,6 +217,8 @@ class Worker:
                         delayed = store.seconds_until_runnable(self.leased_names + self.tx_names)
                         if delayed is not None:
                             wait = min(wait, delayed)
+                        if store.limited_queues():  # a rate limit refills with no commit
+                            wait = min(wait, RATE_POLL)
                         store.wait_change(token, min(wait, 1.0))
                     else:
                         self.runner.slot_freed.wait(min(wait, 1.0))
@@ -223,7 +244,14 @@ class Worker:
             return 0
         owner = self.engine.claim_owner()
         try:
-            claims = self.store.claim(self.leased_names, free, owner, self.engine.settings.lease)
+            claims = self.store.claim(
+                self.leased_names,
+                free,
+                owner,
+                self.engine.settings.lease,
+                queues=self.queues,
+                keyed=self.keyed,
+            )
         except SessionLost:
             self.engine.release_lost_claims(owner)
             raise
@@ -236,7 +264,7 @@ class Worker:
         got = len(claims)
         free -= got
         if free > 0 and self.tx_names:
-            for task_id in self.store.queued_ids(self.tx_names, free):
+            for task_id in self.store.queued_ids(self.tx_names, free, self.queues):
                 try:
                     self.runner.submit(task_id)
                     got += 1

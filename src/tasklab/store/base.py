@@ -15,8 +15,10 @@ from tasklab.store.roles import (
     Effects,
     Leases,
     Outbox,
+    Queues,
     Recovery,
     Retention,
+    Schedules,
     Signals,
     Submits,
     TaskReads,
@@ -27,7 +29,19 @@ from tasklab.store.roles import (
 PRUNED = ("events", "effects", "deliveries", "outbox", "tasks")
 
 
-class Store(Submits, TaskReads, Leases, Effects, Recovery, Outbox, Retention, Signals, Protocol):
+class Store(
+    Submits,
+    TaskReads,
+    Leases,
+    Queues,
+    Schedules,
+    Effects,
+    Recovery,
+    Outbox,
+    Retention,
+    Signals,
+    Protocol,
+):
     """Every role, and the store's own lifetime."""
 
     url: str

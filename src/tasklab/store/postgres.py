@@ -177,6 +177,16 @@ class PostgresStore(SqlStore):
     def _list_param(self, values: list[str]) -> Any:
         return list(values)
 
+    def _claim_locks(self, conn: Any, keys: list[int]) -> None:
+        if keys:
+            conn.execute(self.q["claim_locks"], {"keys": keys}).fetchall()
+
+    def _pairs_param(self, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+        return {"tasks": [t for t, _ in pairs], "keys": [k for _, k in pairs]}
+
+    def _open_steps(self, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        return [("claim_next", params)]  # tasklab_claim promotes due tasks itself
+
     # ---- liveness ------------------------------------------------------------------
     def _hold_presence(self) -> _Presence:
         return _Presence(self._presence_session, unlock=self.q["presence_unlock"])

@@ -185,6 +185,12 @@ class SQLiteStore(SqlStore):
     def _list_param(self, values: list[str]) -> Any:
         return json.dumps(values)
 
+    def _claim_locks(self, conn: Any, keys: list[int]) -> None:
+        pass  # BEGIN IMMEDIATE: one writer at a time already
+
+    def _pairs_param(self, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+        return {"pairs": json.dumps(pairs)}
+
     # ---- liveness ------------------------------------------------------------------
     @property
     def lock_path(self) -> Path:

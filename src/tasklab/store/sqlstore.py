@@ -7,13 +7,25 @@ from tasklab.store.shared.core import SqlCore, lease_lost
 from tasklab.store.shared.effects import SqlEffects
 from tasklab.store.shared.leases import SqlLeases
 from tasklab.store.shared.outbox import SqlOutbox
+from tasklab.store.shared.queues import SqlQueues
 from tasklab.store.shared.reads import SqlReads
 from tasklab.store.shared.recovery import SqlRecovery
 from tasklab.store.shared.retention import SqlRetention
+from tasklab.store.shared.schedules import SqlSchedules
 from tasklab.store.shared.submits import SqlSubmits
 
 __all__ = ["SqlCore", "SqlStore", "lease_lost"]
 
 
-class SqlStore(SqlSubmits, SqlReads, SqlLeases, SqlEffects, SqlRecovery, SqlOutbox, SqlRetention):
+class SqlStore(
+    SqlSubmits,
+    SqlReads,
+    SqlLeases,
+    SqlQueues,
+    SqlSchedules,
+    SqlEffects,
+    SqlRecovery,
+    SqlOutbox,
+    SqlRetention,
+):
     """Every role; the dialect hooks (`SqlCore`) are the subclass's."""

@@ -142,6 +142,10 @@ class SqlCore(ABC):
             lease_owner=row["lease_owner"],
             lease_until=self._dt(row["lease_until"]),
             run_after=self._dt(row["run_after"]),
+            queue=row["queue"],
+            priority=row["priority"],
+            concurrency_key=row["concurrency_key"],
+            unique_key=row["unique_key"],
         )
 
     def _claim(self, row: Row, owner: str, sent_at: float) -> Claim:

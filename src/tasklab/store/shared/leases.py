@@ -16,28 +16,39 @@ from tasklab.core.policy import settle
 from tasklab.core.states import State
 from tasklab.errors import LeaseLost
 from tasklab.store.ids import new_event_id
-from tasklab.store.shared.core import SqlCore, lease_lost
+from tasklab.store.shared.claims import SqlClaims
+from tasklab.store.shared.core import lease_lost
 
 
-class SqlLeases(SqlCore):
+class SqlLeases(SqlClaims):
     """The `Leases` role."""
 
-    def claim(self, names: list[str], limit: int, owner: str, lease: float) -> list[Claim]:
+    def claim(
+        self,
+        names: list[str],
+        limit: int,
+        owner: str,
+        lease: float,
+        *,
+        queues: list[str] | None = None,
+        keyed: tuple[str, ...] = (),
+    ) -> list[Claim]:
+        """Up to `limit` runnable tasks of `names` in `queues` (None: every queue), by
+        priority then run_after, within every queue's and key's limits."""
         if not names or limit <= 0:
             return []
-        request = ClaimRequest(names, limit, owner, lease)
+        request = ClaimRequest(names, limit, owner, lease, queues, keyed)
         sent = time.monotonic()
-        rows = self._write_steps([("claim_next", self._claim_params(request))])[0]
+        served = self._served(request)
+        queue = self._open_queue(request, served) if served else None
+        if queue is not None:  # one statement (PostgreSQL: no BEGIN/COMMIT round trips)
+            rows = self._write_steps(self._open_steps(self._open_params(request, queue)))[-1]
+            self._note_claimed(request, len(rows))
+        else:
+            with self._write() as conn:
+                rows = self._claim_rows(conn, request)
         self.faults.check("claim_answer")
         return [self._claim(r, owner, sent) for r in rows]
-
-    def _claim_params(self, r: ClaimRequest) -> dict[str, Any]:
-        return {
-            "names": self._list_param(r.names),
-            "limit": r.limit,
-            "owner": r.owner,
-            "lease": r.lease,
-        }
 
     def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
         sent = time.monotonic()
@@ -46,11 +57,20 @@ class SqlLeases(SqlCore):
         self.faults.check("claim_answer")
         return self._claim(row, owner, sent) if row else None
 
-    def queued_ids(self, names: list[str], limit: int) -> list[str]:
-        if not names:
+    def queued_ids(
+        self, names: list[str], limit: int, queues: list[str] | None = None
+    ) -> list[str]:
+        served = queues if queues is not None else list(self.queue_view().known)
+        if not names or not served:
             return []
         with self._read() as conn:
-            rows = self._all(conn, "queued_ids", names=self._list_param(names), limit=limit)
+            rows = self._all(
+                conn,
+                "queued_ids",
+                names=self._list_param(names),
+                queues=self._list_param(served),
+                limit=limit,
+            )
         return [r["id"] for r in rows]
 
     def seconds_until_runnable(self, names: list[str]) -> float | None:
@@ -98,7 +118,7 @@ class SqlLeases(SqlCore):
         with self._write() as conn:
             results = self._finish_in(conn, items)
             self.faults.check("finish")
-            rows = self._all(conn, "claim_next", **self._claim_params(refill)) if refill else []
+            rows = self._claim_rows(conn, refill) if refill else []
         self.faults.check("finish_answer")
         return results, [self._claim(r, refill.owner, sent) for r in rows] if refill else []
 

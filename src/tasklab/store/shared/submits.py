@@ -32,14 +32,14 @@ class SqlSubmits(SqlCore):
             self.faults.check("submit_answer")
             if inserted:
                 return [(self._fresh(item, params, inserted[0]), True)]
-            # ON CONFLICT DO NOTHING: the key is taken, by a committed task (the insert
+            # ON CONFLICT DO NOTHING: a key is taken, by a committed task (the insert
             # waited for a concurrent one); answer it rather than insert a second time
-            with self._read() as conn:
-                existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-            self._existing(existing, item, item.payload_text())
-            return [(self._snapshot(existing), False)]
+            with self._write() as conn:
+                return [self._insert(conn, item)]
         with self._write() as conn:
-            if len(items) > 1 and all(i.idempotency_key is None for i in items):
+            if len(items) > 1 and all(
+                i.idempotency_key is None and i.unique_key is None for i in items
+            ):
                 batch = [self._insert_params(i) for i in items]
                 rows = self._insert_batch(conn, batch)
                 out = [
@@ -50,8 +50,7 @@ class SqlSubmits(SqlCore):
         self.faults.check("submit_answer")
         return out
 
-    @staticmethod
-    def _insert_params(item: NewTask) -> dict[str, Any]:
+    def _insert_params(self, item: NewTask) -> dict[str, Any]:
         return {
             "id": new_task_id(),
             "task": item.task,
@@ -61,6 +60,13 @@ class SqlSubmits(SqlCore):
             "request_bound": item.request_bound,
             "timeout": item.timeout,
             "idempotency_key": item.idempotency_key,
+            "queue": item.queue,
+            "priority": item.priority,
+            "run_at": self._time_param(item.run_at) if item.run_at is not None else None,
+            "delay": item.delay,
+            "concurrency_key": item.concurrency_key,
+            "concurrency_limit": item.concurrency_limit,
+            "unique_key": item.unique_key,
         }
 
     def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:
@@ -83,6 +89,10 @@ class SqlSubmits(SqlCore):
             lease_owner=None,
             lease_until=None,
             run_after=self._dt(row["run_after"]),
+            queue=item.queue,
+            priority=item.priority,
+            concurrency_key=item.concurrency_key,
+            unique_key=item.unique_key,
         )
 
     def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Row]:
@@ -94,14 +104,27 @@ class SqlSubmits(SqlCore):
 
     def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
         params = self._insert_params(item)
-        row = self._one(conn, "insert_task", **params)
-        if row is not None:
-            return self._fresh(item, params, row), True
-        # ON CONFLICT DO NOTHING: the key exists (perhaps committed a moment ago by a
-        # concurrent submit, which this statement waited for).
-        existing = self._one(conn, "task_by_key", key=item.idempotency_key)
-        self._existing(existing, item, item.payload_text())
-        return self._snapshot(existing), False
+        for _ in range(3):
+            row = self._one(conn, "insert_task", **params)
+            if row is not None:
+                return self._fresh(item, params, row), True
+            # ON CONFLICT DO NOTHING: a key exists (perhaps committed a moment ago by a
+            # concurrent submit, which this statement waited for). The idempotency key
+            # is permanent: the same task and payload, or a conflict.
+            if item.idempotency_key is not None:
+                existing = self._one(conn, "task_by_key", key=item.idempotency_key)
+                if existing is not None:
+                    self._existing(existing, item, item.payload_text())
+                    return self._snapshot(existing), False
+            # The unique key holds only while its task is live: answer that task, or
+            # (it finished in between) try the insert again.
+            if item.unique_key is not None:
+                live = self._one(conn, "task_by_unique", key=item.unique_key)
+                if live is not None:
+                    return self._snapshot(live), False
+        raise IdempotencyConflict(
+            f"task {item.task!r}: its keys kept conflicting with tasks ending meanwhile"
+        )
 
     @staticmethod
     def _existing(row: Row, item: NewTask, payload: str) -> None:

@@ -25,13 +25,21 @@ WHERE relid IN (to_regclass('tasks'), to_regclass('events'), to_regclass('outbox
 SELECT clock_timestamp() AS now;
 
 -- name: insert_task
--- A new queued task; an existing idempotency key inserts nothing.
+-- A new queued task; an existing idempotency key, or a live task holding the unique
+-- key, inserts nothing. run_after: :run_at, or now plus :delay seconds.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
-                   timeout, idempotency_key, run_after, created_at)
+                   timeout, idempotency_key, run_after, created_at, queue, priority,
+                   delayed, concurrency_key, concurrency_limit, unique_key)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
-        clock_timestamp(), clock_timestamp())
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        COALESCE(CAST(:run_at AS TIMESTAMPTZ),
+                 clock_timestamp() + make_interval(secs => COALESCE(CAST(:delay AS DOUBLE PRECISION), 0))),
+        clock_timestamp(), :queue, :priority,
+        COALESCE(CAST(:run_at AS TIMESTAMPTZ) > clock_timestamp(),
+                 COALESCE(CAST(:delay AS DOUBLE PRECISION), 0) > 0),
+        CAST(:concurrency_key AS TEXT), CAST(:concurrency_limit AS INTEGER),
+        CAST(:unique_key AS TEXT))
+ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
 -- name: insert_tasks
@@ -39,20 +47,34 @@ RETURNING id, created_at, run_after;
 -- instead of a statement per row (`insert_task`'s parameters as arrays, one element
 -- per task).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
-                   timeout, run_after, created_at)
+                   timeout, run_after, created_at, queue, priority, delayed,
+                   concurrency_key, concurrency_limit)
 SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
-       t.timeout, clock_timestamp(), clock_timestamp()
+       t.timeout,
+       COALESCE(t.run_at, clock_timestamp() + make_interval(secs => COALESCE(t.delay, 0))),
+       clock_timestamp(), t.queue, t.priority,
+       COALESCE(t.run_at > clock_timestamp(), COALESCE(t.delay, 0) > 0),
+       t.concurrency_key, t.concurrency_limit
 FROM unnest(CAST(:id AS TEXT[]), CAST(:task AS TEXT[]), CAST(:payload AS TEXT[]),
             CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
-            CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]))
+            CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]),
+            CAST(:queue AS TEXT[]), CAST(:priority AS INTEGER[]),
+            CAST(:run_at AS TIMESTAMPTZ[]), CAST(:delay AS DOUBLE PRECISION[]),
+            CAST(:concurrency_key AS TEXT[]), CAST(:concurrency_limit AS INTEGER[]))
      WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
-                          timeout, n)
+                          timeout, queue, priority, run_at, delay, concurrency_key,
+                          concurrency_limit, n)
 ORDER BY t.n
 RETURNING id, created_at, run_after;
 
 -- name: task_by_key
 -- The task holding an idempotency key.
 SELECT * FROM tasks WHERE idempotency_key = :key;
+
+-- name: task_by_unique
+-- The live task holding a unique key.
+SELECT * FROM tasks
+WHERE unique_key = :key AND state IN ('queued', 'running', 'cancel_requested');
 
 -- name: get_task
 -- One task.
@@ -67,7 +89,11 @@ ORDER BY id DESC LIMIT :limit;
 
 -- name: count_states
 -- Tasks per state, from the counters the state-changing transactions keep.
-SELECT state, SUM(n) AS n FROM task_counts GROUP BY state;
+SELECT state, SUM(n) AS n FROM task_counts WHERE state <> 'claimed' GROUP BY state;
+
+-- name: count_queues
+-- Tasks per queue and state (and claims so far, as the state 'claimed').
+SELECT queue, state, SUM(n) AS n FROM task_counts GROUP BY queue, state;
 
 -- name: count_states_exact
 -- Tasks per state counted from the table (tests check the counters against it).
@@ -89,9 +115,62 @@ WHERE id = :id AND state = 'queued';
 UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
 WHERE id = :id AND state = 'running';
 
+-- name: promote_due
+-- Delayed tasks whose time has come become claimable (tasklab_promote, schema 8).
+SELECT tasklab_promote();
+
 -- name: claim_next
--- Claim up to :limit runnable tasks of the given names (tasklab_claim, schema_2).
-SELECT * FROM tasklab_claim(:names, :limit, :owner, :lease);
+-- Claim up to :limit runnable tasks of one open, unlimited queue and the given names
+-- (tasklab_claim, schema 8).
+SELECT * FROM tasklab_claim(:names, :queue, :limit, :owner, :lease);
+
+-- name: claim_locks
+-- A limited claim's locks, until its commit: one per limited queue and per task name
+-- with a per-key limit, taken in one order so that two claimers cannot deadlock.
+SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k;
+
+-- name: claim_candidates
+-- The first :limit runnable tasks of one queue in claim order, locked (skipping those
+-- another claimer holds), for a limited claim to choose from.
+SELECT id, task, priority, run_after, concurrency_key, concurrency_limit FROM tasks
+WHERE queue = :queue AND state = 'queued' AND NOT delayed AND NOT request_bound
+  AND task = ANY(:names)
+ORDER BY priority DESC, run_after, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+
+-- name: claim_ids
+-- Claim the chosen tasks, if still queued.
+UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
+    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
+WHERE id = ANY(:ids) AND state = 'queued'
+RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: queue_limits
+-- The settings of the given queues, with their live tasks (from the counters) and the
+-- database clock; read after the claim's locks, so the counts are the committed ones.
+SELECT q.name, q.paused, q.concurrency, q.rate_count, q.rate_period, q.tokens, q.tokens_at,
+       COALESCE((SELECT SUM(c.n) FROM task_counts c WHERE c.queue = q.name
+                 AND c.state IN ('running', 'cancel_requested')), 0) AS running,
+       clock_timestamp() AS now
+FROM queues q WHERE q.name = ANY(:names);
+
+-- name: key_counts_of
+-- Live tasks per (task name, concurrency key) for the given pairs.
+SELECT k.task, k.key, k.n FROM key_counts k
+JOIN unnest(CAST(:tasks AS TEXT[]), CAST(:keys AS TEXT[])) AS p(task, key)
+  ON k.task = p.task AND k.key = p.key;
+
+-- name: take_tokens
+-- A rate-limited queue's bucket after a claim (computed under the queue's lock).
+UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
+
+-- name: queue_view
+-- What a claimer needs to choose its path: each queue with tasks queued or settings.
+SELECT c.queue AS name, false AS paused, false AS limited FROM task_counts c
+WHERE c.state = 'queued' AND c.queue NOT IN (SELECT name FROM queues)
+GROUP BY c.queue HAVING SUM(c.n) > 0
+UNION ALL
+SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) AS limited FROM queues;
 
 -- name: claim_id
 -- Claim one given task if it is queued.
@@ -102,15 +181,17 @@ WHERE id = :id AND state = 'queued'
 RETURNING id, task, payload, epoch, attempt, max_attempts;
 
 -- name: queued_ids
--- Runnable task ids of the given names, oldest first (a hint; claiming decides).
+-- Runnable task ids of the given names in the given queues, in claim order within
+-- each queue, from unpaused queues (a hint; claiming decides).
 SELECT id FROM tasks
-WHERE state = 'queued' AND run_after <= clock_timestamp() AND task = ANY(:names)
-ORDER BY run_after, id LIMIT :limit;
+WHERE queue = ANY(:queues) AND state = 'queued' AND NOT delayed AND task = ANY(:names)
+  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+ORDER BY queue, priority DESC, run_after, id LIMIT :limit;
 
 -- name: next_run_after
 -- Seconds until the earliest delayed task of the given names becomes runnable.
 SELECT EXTRACT(EPOCH FROM MIN(run_after) - clock_timestamp()) AS wait FROM tasks
-WHERE state = 'queued' AND task = ANY(:names);
+WHERE state = 'queued' AND delayed AND task = ANY(:names);
 
 -- name: fence
 -- The fencing check (claimed epoch, live state, unexpired lease by the database
@@ -155,7 +236,7 @@ UPDATE tasks SET state = :state, result = CAST(:result AS TEXT),
     cancel_reason = COALESCE(cancel_reason, CAST(:reason AS TEXT)),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => :delay)
+    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0)
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: finish_batch
@@ -165,7 +246,7 @@ UPDATE tasks t SET state = v.state, result = v.result, error_code = v.error_code
     error_message = v.error_message, cancel_reason = COALESCE(t.cancel_reason, v.reason),
     finished_at = CASE WHEN v.terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => v.delay)
+    run_after = clock_timestamp() + make_interval(secs => v.delay), delayed = (v.delay > 0)
 FROM unnest(CAST(:id AS TEXT[]), CAST(:epoch AS BIGINT[]), CAST(:from_state AS TEXT[]),
             CAST(:state AS TEXT[]), CAST(:result AS TEXT[]), CAST(:error_code AS TEXT[]),
             CAST(:error_message AS TEXT[]), CAST(:reason AS TEXT[]),
@@ -215,7 +296,7 @@ UPDATE tasks SET state = :state, error_code = CAST(:error_code AS TEXT),
     error_message = CAST(:error_message AS TEXT),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => :delay)
+    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0)
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= clock_timestamp());
 
@@ -390,3 +471,63 @@ DELETE FROM outbox WHERE task_id = ANY(:ids);
 -- name: prune_tasks
 -- The pruned tasks themselves (terminal ones only, whatever the caller passed).
 DELETE FROM tasks WHERE id = ANY(:ids) AND state IN ('succeeded', 'failed', 'cancelled');
+
+-- name: queue_settings
+-- Set a queue's limits (a NULL limit is none); a new rate starts with a full bucket.
+INSERT INTO queues (name, paused, concurrency, rate_count, rate_period, tokens, tokens_at,
+                    updated_at)
+VALUES (:name, false, CAST(:concurrency AS INTEGER), CAST(:rate_count AS INTEGER),
+        CAST(:rate_period AS DOUBLE PRECISION), CAST(:rate_count AS DOUBLE PRECISION),
+        clock_timestamp(), clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = CASE WHEN :set_concurrency THEN excluded.concurrency ELSE queues.concurrency END,
+    tokens = CASE WHEN :set_rate THEN excluded.tokens ELSE queues.tokens END,
+    tokens_at = CASE WHEN :set_rate THEN excluded.tokens_at ELSE queues.tokens_at END,
+    rate_count = CASE WHEN :set_rate THEN excluded.rate_count ELSE queues.rate_count END,
+    rate_period = CASE WHEN :set_rate THEN excluded.rate_period ELSE queues.rate_period END,
+    updated_at = clock_timestamp();
+
+-- name: queue_pause
+-- Pause (true) or resume (false) a queue.
+INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = clock_timestamp();
+
+-- name: queue_rows
+-- Every queue's settings.
+SELECT name, paused, concurrency, rate_count, rate_period FROM queues ORDER BY name;
+
+-- name: schedule_get
+-- One schedule.
+SELECT * FROM schedules WHERE name = :name;
+
+-- name: schedule_put
+-- Make or replace a schedule (the caller decides its next tick).
+INSERT INTO schedules (name, task, cron, every_s, timezone, payload, queue, priority, catch_up,
+                       origin, next_tick, last_tick, last_task_id, created_at, updated_at)
+VALUES (:name, :task, CAST(:cron AS TEXT), CAST(:every_s AS DOUBLE PRECISION), :timezone,
+        :payload, CAST(:queue AS TEXT), CAST(:priority AS INTEGER), :catch_up, :origin,
+        :next_tick, NULL, NULL, clock_timestamp(), clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET task = excluded.task, cron = excluded.cron,
+    every_s = excluded.every_s, timezone = excluded.timezone, payload = excluded.payload,
+    queue = excluded.queue, priority = excluded.priority, catch_up = excluded.catch_up,
+    origin = excluded.origin, next_tick = excluded.next_tick, updated_at = clock_timestamp();
+
+-- name: schedule_delete
+-- Forget a schedule.
+DELETE FROM schedules WHERE name = :name;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT * FROM schedules ORDER BY name;
+
+-- name: schedules_due
+-- Schedules whose next tick has come, by the database clock (with that clock).
+SELECT s.*, clock_timestamp() AS now FROM schedules s
+WHERE s.next_tick <= clock_timestamp() ORDER BY s.next_tick LIMIT :limit;
+
+-- name: schedule_advance
+-- Move a schedule past the ticks just submitted, unless another scheduler did.
+UPDATE schedules SET next_tick = :next_tick,
+    last_tick = COALESCE(CAST(:last_tick AS TIMESTAMPTZ), last_tick),
+    last_task_id = COALESCE(CAST(:last_task_id AS TEXT), last_task_id)
+WHERE name = :name AND next_tick = :from_tick;

@@ -15,28 +15,46 @@ INSERT INTO schema_version (version) VALUES (:version);
 SELECT julianday('now') AS now;
 
 -- name: insert_task
--- A new queued task; the idempotency key is unique.
+-- A new queued task; an existing idempotency key, or a live task holding the unique
+-- key, inserts nothing. run_after: :run_at, or now plus :delay seconds ('now' is one
+-- value within a statement, so an undelayed task is not `delayed`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
-                   timeout, idempotency_key, run_after, created_at)
+                   timeout, idempotency_key, run_after, created_at, queue, priority,
+                   delayed, concurrency_key, concurrency_limit, unique_key)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
-        :timeout, :idempotency_key, julianday('now'), julianday('now'))
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        :timeout, :idempotency_key,
+        COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0), julianday('now'),
+        :queue, :priority,
+        COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0) > julianday('now'),
+        :concurrency_key, :concurrency_limit, :unique_key)
+ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
 -- name: insert_tasks
 -- Many new tasks without idempotency keys in one statement (a JSON array of
 -- `insert_task`'s parameters): one statement instead of one per row.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
-                   timeout, run_after, created_at)
+                   timeout, run_after, created_at, queue, priority, delayed,
+                   concurrency_key, concurrency_limit)
 SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        value ->> 'max_attempts', value ->> 'retry_safe', value ->> 'request_bound',
-       value ->> 'timeout', julianday('now'), julianday('now')
+       value ->> 'timeout',
+       COALESCE(value ->> 'run_at', julianday('now') + COALESCE(value ->> 'delay', 0) / 86400.0),
+       julianday('now'), value ->> 'queue', value ->> 'priority',
+       COALESCE(value ->> 'run_at', julianday('now') + COALESCE(value ->> 'delay', 0) / 86400.0)
+           > julianday('now'),
+       value ->> 'concurrency_key', value ->> 'concurrency_limit'
 FROM json_each(:rows) ORDER BY key
 RETURNING id, created_at, run_after;
 
 -- name: task_by_key
 -- The task holding an idempotency key.
 SELECT * FROM tasks WHERE idempotency_key = :key;
+
+-- name: task_by_unique
+-- The live task holding a unique key.
+SELECT * FROM tasks
+WHERE unique_key = :key AND state IN ('queued', 'running', 'cancel_requested');
 
 -- name: get_task
 -- One task.
@@ -50,12 +68,18 @@ ORDER BY id DESC LIMIT :limit;
 
 -- name: count_states
 -- Tasks per state, from the counters the state-changing transactions keep.
-SELECT state, n FROM task_counts;
+SELECT state, SUM(n) AS n FROM task_counts WHERE state <> 'claimed' GROUP BY state;
+
+-- name: count_queues
+-- Tasks per queue and state (and claims so far, as the state 'claimed').
+SELECT queue, state, n FROM task_counts;
 
 -- name: count_states_exact
 -- Tasks per state counted from the table (tests check the counters against it).
-SELECT 'queued' AS state, COUNT(*) AS n FROM tasks INDEXED BY tasks_claimable
-WHERE state = 'queued'
+SELECT 'queued' AS state,
+       (SELECT COUNT(*) FROM tasks INDEXED BY tasks_ready WHERE state = 'queued' AND delayed = 0)
+     + (SELECT COUNT(*) FROM tasks INDEXED BY tasks_delayed WHERE state = 'queued' AND delayed = 1)
+       AS n
 UNION ALL
 SELECT state, COUNT(*) AS n FROM tasks INDEXED BY tasks_by_state
 WHERE state <> 'queued' GROUP BY state;
@@ -74,19 +98,73 @@ WHERE id = :id AND state = 'queued';
 UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
 WHERE id = :id AND state = 'running';
 
+-- name: promote_due
+-- Delayed tasks whose time has come become claimable (at most :limit per claim).
+UPDATE tasks SET delayed = 0
+WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_delayed
+             WHERE state = 'queued' AND delayed = 1 AND run_after <= julianday('now')
+             ORDER BY run_after LIMIT :limit);
+
 -- name: claim_next
--- Claim up to :limit runnable tasks of the given names (JSON array): new epoch, new lease.
+-- Claim up to :limit runnable tasks of one open, unlimited queue and the given names
+-- (JSON array): new epoch, new lease. A queue paused or limited meanwhile is left to
+-- the limited claim (`claim_candidates` + `claim_ids`).
 UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
     started_at = julianday('now'), error_code = NULL, error_message = NULL
 WHERE id IN (
-    -- walk the claimable index in order and stop at :limit (the planner would rather
-    -- read every queued row through tasks_by_state and sort them)
-    SELECT id FROM tasks INDEXED BY tasks_claimable
-    WHERE state = 'queued' AND run_after <= julianday('now') AND NOT request_bound
-      AND task IN (SELECT value FROM json_each(:names))
-    ORDER BY run_after, id LIMIT :limit)
+    -- walk the queue's ready index in order and stop at :limit (the planner would
+    -- rather read every queued row through tasks_by_state and sort them)
+    SELECT id FROM tasks INDEXED BY tasks_ready
+    WHERE queue = :queue AND state = 'queued' AND delayed = 0 AND NOT request_bound
+      AND concurrency_limit IS NULL AND task IN (SELECT value FROM json_each(:names))
+      AND NOT EXISTS (SELECT 1 FROM queues
+                      WHERE name = :queue
+                        AND (paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
+    ORDER BY priority DESC, run_after, id LIMIT :limit)
 RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: claim_candidates
+-- The first :limit runnable tasks of one queue in claim order, for a limited claim to
+-- choose from (SQLite's writers take turns: nobody else claims meanwhile).
+SELECT id, task, priority, run_after, concurrency_key, concurrency_limit
+FROM tasks INDEXED BY tasks_ready
+WHERE queue = :queue AND state = 'queued' AND delayed = 0 AND NOT request_bound
+  AND task IN (SELECT value FROM json_each(:names))
+ORDER BY priority DESC, run_after, id LIMIT :limit;
+
+-- name: claim_ids
+-- Claim the chosen tasks (JSON array of ids), if still queued.
+UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
+    lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
+    started_at = julianday('now'), error_code = NULL, error_message = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
+RETURNING id, task, payload, epoch, attempt, max_attempts;
+
+-- name: queue_limits
+-- The settings of the given queues (JSON array), with their live tasks (from the
+-- counters) and the database clock.
+SELECT q.name, q.paused, q.concurrency, q.rate_count, q.rate_period, q.tokens, q.tokens_at,
+       COALESCE((SELECT SUM(c.n) FROM task_counts c WHERE c.queue = q.name
+                 AND c.state IN ('running', 'cancel_requested')), 0) AS running,
+       julianday('now') AS now
+FROM queues q WHERE q.name IN (SELECT value FROM json_each(:names));
+
+-- name: key_counts_of
+-- Live tasks per (task name, concurrency key) for the given pairs (JSON [[task, key]]).
+SELECT k.task, k.key, k.n FROM key_counts k
+JOIN json_each(:pairs) p ON k.task = p.value ->> 0 AND k.key = p.value ->> 1;
+
+-- name: take_tokens
+-- A rate-limited queue's bucket after a claim (computed under the write lock).
+UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
+
+-- name: queue_view
+-- What a claimer needs to choose its path: each queue with tasks queued or settings.
+SELECT c.queue AS name, 0 AS paused, 0 AS limited FROM task_counts c
+WHERE c.state = 'queued' AND c.n > 0 AND c.queue NOT IN (SELECT name FROM queues)
+UNION ALL
+SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) AS limited FROM queues;
 
 -- name: claim_id
 -- Claim one given task if it is queued (run_after is not waited for: the caller asked).
@@ -97,16 +175,18 @@ WHERE id = :id AND state = 'queued'
 RETURNING id, task, payload, epoch, attempt, max_attempts;
 
 -- name: queued_ids
--- Runnable task ids of the given names, oldest first (a hint; claiming decides).
-SELECT id FROM tasks INDEXED BY tasks_claimable
-WHERE state = 'queued' AND run_after <= julianday('now')
+-- Runnable task ids of the given names in the given queues (JSON arrays), in claim
+-- order within each queue, from unpaused queues (a hint; claiming decides).
+SELECT id FROM tasks INDEXED BY tasks_ready
+WHERE queue IN (SELECT value FROM json_each(:queues)) AND state = 'queued' AND delayed = 0
   AND task IN (SELECT value FROM json_each(:names))
-ORDER BY run_after, id LIMIT :limit;
+  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+ORDER BY queue, priority DESC, run_after, id LIMIT :limit;
 
 -- name: next_run_after
 -- Seconds until the earliest delayed task of the given names becomes runnable.
-SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks INDEXED BY tasks_claimable
-WHERE state = 'queued' AND task IN (SELECT value FROM json_each(:names));
+SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks INDEXED BY tasks_delayed
+WHERE state = 'queued' AND delayed = 1 AND task IN (SELECT value FROM json_each(:names));
 
 -- name: fence
 -- The fencing check: the claimed epoch, a live state and an unexpired lease, by the
@@ -147,7 +227,7 @@ UPDATE tasks SET state = :state, result = :result, error_code = :error_code,
     error_message = :error_message, cancel_reason = COALESCE(cancel_reason, :reason),
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = julianday('now') + :delay / 86400.0
+    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0)
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: release
@@ -185,7 +265,7 @@ WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit;
 UPDATE tasks SET state = :state, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = julianday('now') + :delay / 86400.0
+    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0)
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= julianday('now'));
 
@@ -332,3 +412,60 @@ DELETE FROM outbox WHERE task_id IN (SELECT value FROM json_each(:ids));
 -- The pruned tasks themselves (terminal ones only, whatever the caller passed).
 DELETE FROM tasks
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('succeeded', 'failed', 'cancelled');
+
+-- name: queue_settings
+-- Set a queue's limits (a NULL limit is none); a new rate starts with a full bucket.
+INSERT INTO queues (name, paused, concurrency, rate_count, rate_period, tokens, tokens_at,
+                    updated_at)
+VALUES (:name, 0, :concurrency, :rate_count, :rate_period, :rate_count, julianday('now'),
+        julianday('now'))
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = CASE WHEN :set_concurrency THEN :concurrency ELSE concurrency END,
+    tokens = CASE WHEN :set_rate THEN :rate_count ELSE tokens END,
+    tokens_at = CASE WHEN :set_rate THEN julianday('now') ELSE tokens_at END,
+    rate_count = CASE WHEN :set_rate THEN :rate_count ELSE rate_count END,
+    rate_period = CASE WHEN :set_rate THEN :rate_period ELSE rate_period END,
+    updated_at = julianday('now');
+
+-- name: queue_pause
+-- Pause (1) or resume (0) a queue.
+INSERT INTO queues (name, paused, updated_at) VALUES (:name, :paused, julianday('now'))
+ON CONFLICT (name) DO UPDATE SET paused = :paused, updated_at = julianday('now');
+
+-- name: queue_rows
+-- Every queue's settings.
+SELECT name, paused, concurrency, rate_count, rate_period FROM queues ORDER BY name;
+
+-- name: schedule_get
+-- One schedule.
+SELECT * FROM schedules WHERE name = :name;
+
+-- name: schedule_put
+-- Make or replace a schedule (the caller decides its next tick).
+INSERT INTO schedules (name, task, cron, every_s, timezone, payload, queue, priority, catch_up,
+                       origin, next_tick, last_tick, last_task_id, created_at, updated_at)
+VALUES (:name, :task, :cron, :every_s, :timezone, :payload, :queue, :priority, :catch_up,
+        :origin, :next_tick, NULL, NULL, julianday('now'), julianday('now'))
+ON CONFLICT (name) DO UPDATE SET task = :task, cron = :cron, every_s = :every_s,
+    timezone = :timezone, payload = :payload, queue = :queue, priority = :priority,
+    catch_up = :catch_up, origin = :origin, next_tick = :next_tick,
+    updated_at = julianday('now');
+
+-- name: schedule_delete
+-- Forget a schedule.
+DELETE FROM schedules WHERE name = :name;
+
+-- name: schedules_all
+-- Every schedule, by name.
+SELECT * FROM schedules ORDER BY name;
+
+-- name: schedules_due
+-- Schedules whose next tick has come, by the database clock (with that clock).
+SELECT s.*, julianday('now') AS now FROM schedules s INDEXED BY schedules_due
+WHERE s.next_tick <= julianday('now') ORDER BY s.next_tick LIMIT :limit;
+
+-- name: schedule_advance
+-- Move a schedule past the ticks just submitted, unless another scheduler did.
+UPDATE schedules SET next_tick = :next_tick,
+    last_tick = COALESCE(:last_tick, last_tick), last_task_id = COALESCE(:last_task_id, last_task_id)
+WHERE name = :name AND next_tick = :from_tick;

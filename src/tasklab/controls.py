@@ -1,0 +1,131 @@
+"""The part of the Python API that runs the queues: their settings (pause, limits) and
+schedules (`@app.periodic`, `app.schedule`). Everything here is stored, so it holds
+for every worker on every machine and outlives the process that said it."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tasklab.core.models import JSON
+from tasklab.core.queueing import KEEP, Keep, check_concurrency, check_queue, parse_rate
+from tasklab.core.schedules import ScheduleDef
+
+if TYPE_CHECKING:
+    from tasklab.engine import Engine
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class QueueControls:
+    """Mixed into `TaskApp` (which provides `engine`)."""
+
+    engine: Engine
+
+    # ---- queues --------------------------------------------------------------------
+    def configure_queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | Keep | None = KEEP,
+        rate: str | Keep | None = KEEP,
+    ) -> None:
+        """Set a queue's limits across all workers: `concurrency` — at most that many of
+        its tasks running at once; `rate` — at most N claims per period (`"100/s"`,
+        `"600/m"`, `"10000/h"`; a token bucket, see the README). None removes a limit;
+        a limit not given stays as it is."""
+        check_queue(name)
+        if not isinstance(concurrency, Keep) and concurrency is not None:
+            check_concurrency(concurrency)
+        parsed = rate if isinstance(rate, Keep) or rate is None else parse_rate(rate)
+        self.engine.store.configure_queue(name, concurrency, parsed)
+
+    def pause(self, name: str) -> None:
+        """No new claims from this queue until `resume` (running tasks go on)."""
+        self.engine.store.pause_queue(check_queue(name), True)
+
+    def resume(self, name: str) -> None:
+        self.engine.store.pause_queue(check_queue(name), False)
+
+    def queues(self) -> builtins.list[dict[str, JSON]]:
+        """Every queue: `name, paused, concurrency, rate, queued, running, claimed`."""
+        return self.engine.store.queue_stats()
+
+    # ---- schedules -----------------------------------------------------------------
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | str | None = None,
+        name: str | None = None,
+        payload: dict[str, JSON] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        timezone: str = "UTC",
+        catch_up: str = "latest",
+    ) -> Callable[[F], F]:
+        """Run a registered task on a schedule (put it above `@app.task`). Every worker
+        and server runs the scheduler; each tick makes exactly one task."""
+
+        def register(fn: F) -> F:
+            spec = next((t for t in self.engine.registry.all() if t.fn is fn), None)
+            if spec is None:
+                raise ValueError("@app.periodic goes above @app.task (on a registered task)")
+            schedule = ScheduleDef.checked(
+                name or spec.name,
+                spec.name,
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                payload=payload,
+                queue=queue,
+                priority=priority,
+                catch_up=catch_up,
+                origin="code",
+            )
+            spec.validate(schedule.payload, self.engine.data_dir)
+            self.engine.periodic[schedule.name] = schedule
+            return fn
+
+        return register
+
+    def schedule(
+        self,
+        name: str,
+        task: str,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | str | None = None,
+        payload: dict[str, JSON] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        timezone: str = "UTC",
+        catch_up: str = "latest",
+    ) -> dict[str, JSON]:
+        """Store a schedule now (it outlives this process). The same definition again
+        changes nothing; another one replaces it (its next tick computed anew)."""
+        spec = self.engine.registry.get(task)
+        schedule = ScheduleDef.checked(
+            name,
+            spec.name,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            payload=payload,
+            queue=queue,
+            priority=priority,
+            catch_up=catch_up,
+        )
+        spec.validate(schedule.payload, self.engine.data_dir)
+        self.engine.store_schedule(schedule)
+        return next(s for s in self.schedules() if s["name"] == schedule.name)
+
+    def unschedule(self, name: str) -> bool:
+        """Forget a schedule; its tasks already made stay."""
+        return self.engine.store.remove_schedule(name)
+
+    def schedules(self) -> builtins.list[dict[str, JSON]]:
+        """Every stored schedule with its next tick and last task."""
+        return self.engine.store.schedules()

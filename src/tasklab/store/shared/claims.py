@@ -1,0 +1,250 @@
+"""Claiming with queues, priorities, delays and limits (SPEC §7), inside the claim
+transaction so that no process's memory decides anything a crash could undo.
+
+Two paths, one rule:
+- the *open claim*: one queue, not paused, no concurrency or rate limit, no task with
+  a per-key limit asked for — one statement (`claim_next`) walking the queue's ready
+  index. Its SQL refuses a queue that is paused or limited meanwhile, so a stale view
+  can only make it claim less, never break a limit.
+- the *limited claim*: everything else, in one write transaction: take the locks
+  (PostgreSQL: an advisory lock per queue served and per task name with a per-key
+  limit, in one order; SQLite's writers take turns anyway), read the queues' settings
+  and live counts *after* them (the counters are kept by the transactions that change
+  states, so a finishing task gives its slot back in its own commit), read the first
+  runnable tasks of each queue in claim order, choose, claim the chosen, take the rate
+  tokens. Concurrent finishes only lower the counts read, so a limit can be
+  under-used for a moment, never exceeded.
+
+Which path a claim takes comes from a view of the queues (names, paused, limited)
+cached for a second — or 50 ms after a claim that came back short, so that a new queue
+or a resume is seen at once where it matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tasklab._types import Row
+from tasklab.core.models import ClaimRequest
+from tasklab.store.shared.core import SqlCore
+
+VIEW_TTL = 1.0
+VIEW_TTL_SHORT = 0.05
+PROMOTE_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    known: tuple[str, ...]  # queues with queued tasks or settings
+    paused: frozenset[str]
+    limited: frozenset[str]
+    at: float  # monotonic time of the read
+
+
+@dataclass(slots=True)
+class Allowance:
+    """How many tasks a queue may still start in this claim, and its bucket."""
+
+    left: int
+    tokens: float | None = None  # after refill; None: no rate limit
+    now: Any = None  # the database clock, as the dialect stores it
+
+
+def lock_key(kind: str, name: str) -> int:
+    """A stable signed 64-bit advisory lock key for a queue or a task name."""
+    digest = hashlib.blake2b(f"tasklab.{kind}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def allowance(row: Row, limit: int, now: datetime, tokens_at: datetime | None) -> Allowance:
+    """A queue's room: the claim's limit, its concurrency left, its whole tokens."""
+    left = limit
+    if row["paused"]:
+        return Allowance(0)
+    if row["concurrency"] is not None:
+        left = min(left, int(row["concurrency"]) - int(row["running"]))
+    tokens = None
+    if row["rate_count"] is not None:
+        count, period = int(row["rate_count"]), float(row["rate_period"])
+        held = float(row["tokens"]) if row["tokens"] is not None else float(count)
+        elapsed = max(0.0, (now - tokens_at).total_seconds()) if tokens_at else 0.0
+        tokens = min(float(count), held + elapsed * count / period)
+        left = min(left, math.floor(tokens + 1e-9))
+    return Allowance(max(0, left), tokens)
+
+
+def choose(
+    candidates: dict[str, list[Row]],
+    room: dict[str, int],
+    live_per_key: dict[tuple[str, str], int],
+    limit: int,
+) -> list[Row]:
+    """The tasks to claim: candidates of all queues merged in claim order (priority,
+    then run_after, then id), each taken while its queue has room, its key is under
+    its limit (counting those taken here) and the claim has slots. Pure."""
+    merged = sorted(
+        (c for rows in candidates.values() for c in rows),
+        key=lambda c: (-c["priority"], c["run_after"], c["id"]),
+    )
+    left = dict(room)
+    keys = dict(live_per_key)
+    chosen: list[Row] = []
+    for c in merged:
+        if len(chosen) >= limit:
+            break
+        queue = c["queue"]
+        if left.get(queue, 0) <= 0:
+            continue
+        if c["concurrency_key"] is not None and c["concurrency_limit"] is not None:
+            pair = (c["task"], c["concurrency_key"])
+            if keys.get(pair, 0) >= int(c["concurrency_limit"]):
+                continue
+            keys[pair] = keys.get(pair, 0) + 1
+        left[queue] -= 1
+        chosen.append(c)
+    return chosen
+
+
+class SqlClaims(SqlCore):
+    """Both claim paths; `SqlLeases` calls `_claim_rows` wherever it claims."""
+
+    _view: QueueView | None = None  # replaced whole, never changed in place
+    _short = False
+
+    # ---- which path ------------------------------------------------------------------
+    def queue_view(self) -> QueueView:
+        view = self._view
+        age = time.monotonic() - view.at if view is not None else math.inf
+        if view is None or age > VIEW_TTL or (self._short and age > VIEW_TTL_SHORT):
+            with self._read() as conn:
+                rows = self._all(conn, "queue_view")
+            view = QueueView(
+                known=tuple(sorted({r["name"] for r in rows})),
+                paused=frozenset(r["name"] for r in rows if r["paused"]),
+                limited=frozenset(r["name"] for r in rows if r["limited"]),
+                at=time.monotonic(),
+            )
+            self._view, self._short = view, False
+        return view
+
+    def limited_queues(self) -> frozenset[str]:
+        return self.queue_view().limited
+
+    def forget_queue_view(self) -> None:
+        """Queue settings changed here: read them again at the next claim."""
+        self._view = None
+
+    def _served(self, r: ClaimRequest) -> list[str]:
+        view = self.queue_view()
+        served = r.queues if r.queues is not None else list(view.known)
+        return [q for q in served if q not in view.paused]
+
+    def _open_queue(self, r: ClaimRequest, served: list[str]) -> str | None:
+        """The one queue of an open claim, or None (limited claim, or nothing)."""
+        if len(served) != 1 or r.keyed or served[0] in self.queue_view().limited:
+            return None
+        return served[0]
+
+    def _open_params(self, r: ClaimRequest, queue: str) -> dict[str, Any]:
+        return {
+            "names": self._list_param(r.names),
+            "queue": queue,
+            "limit": r.limit,
+            "owner": r.owner,
+            "lease": r.lease,
+        }
+
+    def _open_steps(self, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The statements of an open claim, the claim last (a dialect whose claim
+        statement does not promote due tasks itself runs `promote_due` first)."""
+        return [("promote_due", {"limit": PROMOTE_BATCH}), ("claim_next", params)]
+
+    def _note_claimed(self, r: ClaimRequest, got: int) -> None:
+        if got < r.limit:
+            self._short = True
+
+    # ---- claiming inside a transaction -----------------------------------------------
+    def _claim_rows(self, conn: Any, r: ClaimRequest) -> list[Row]:
+        served = self._served(r)
+        if not served:
+            rows: list[Row] = []
+        elif (queue := self._open_queue(r, served)) is not None:
+            rows = []
+            for query, params in self._open_steps(self._open_params(r, queue)):
+                rows = self._all(conn, query, **params)
+        else:
+            rows = self._claim_limited(conn, r, served)
+        self._note_claimed(r, len(rows))
+        return rows
+
+    def _claim_limited(self, conn: Any, r: ClaimRequest, served: list[str]) -> list[Row]:
+        self._x(conn, "promote_due", limit=PROMOTE_BATCH)
+        keys = [lock_key("queue", q) for q in served] + [lock_key("keys", n) for n in r.keyed]
+        self._claim_locks(conn, sorted(set(keys)))
+        settings = {
+            row["name"]: row
+            for row in self._all(conn, "queue_limits", names=self._list_param(served))
+        }
+        room: dict[str, Allowance] = {}
+        for queue in served:
+            row = settings.get(queue)
+            if row is None:
+                room[queue] = Allowance(r.limit)
+                continue
+            now = self._at(row["now"])
+            found = allowance(row, r.limit, now, self._dt(row["tokens_at"]))
+            found.now = row["now"]
+            room[queue] = found
+        candidates: dict[str, list[Row]] = {}
+        for queue, a in room.items():
+            if a.left <= 0:
+                continue
+            n = a.left + (4 * a.left + 32 if r.keyed else 0)
+            found_rows = self._all(
+                conn, "claim_candidates", queue=queue, names=self._list_param(r.names), limit=n
+            )
+            candidates[queue] = [{**dict(c), "queue": queue} for c in found_rows]
+        pairs = sorted(
+            {
+                (c["task"], c["concurrency_key"])
+                for rows in candidates.values()
+                for c in rows
+                if c["concurrency_key"] is not None
+            }
+        )
+        live = self._key_counts(conn, pairs) if pairs else {}
+        chosen = choose(candidates, {q: a.left for q, a in room.items()}, live, r.limit)
+        if not chosen:
+            return []
+        claimed = self._all(
+            conn,
+            "claim_ids",
+            ids=self._list_param([c["id"] for c in chosen]),
+            owner=r.owner,
+            lease=r.lease,
+        )
+        got = {row["id"] for row in claimed}
+        for queue, a in room.items():
+            if a.tokens is not None:
+                used = sum(1 for c in chosen if c["queue"] == queue and c["id"] in got)
+                self._x(conn, "take_tokens", name=queue, tokens=a.tokens - used, at=a.now)
+        order = {c["id"]: i for i, c in enumerate(chosen)}
+        return sorted(claimed, key=lambda row: order[row["id"]])
+
+    def _key_counts(self, conn: Any, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        rows = self._all(conn, "key_counts_of", **self._pairs_param(pairs))
+        return {(row["task"], row["key"]): int(row["n"]) for row in rows}
+
+    @abstractmethod
+    def _claim_locks(self, conn: Any, keys: list[int]) -> None:
+        """Take a limited claim's locks (sorted keys) until its commit."""
+
+    @abstractmethod
+    def _pairs_param(self, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+        """(task, key) pairs as `key_counts_of` takes them."""
