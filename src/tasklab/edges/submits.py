@@ -16,9 +16,10 @@ import asyncio
 from tasklab._types import ToThread
 from tasklab.app import TaskApp
 from tasklab.core.models import NewTask, TaskSnapshot
+from tasklab.core.queueing import NO_OPTIONS, SubmitOptions
 
 Submitted = tuple[TaskSnapshot, bool]
-_Request = tuple[str, object, str | None, int | None]
+_Request = tuple[str, object, str | None, int | None, SubmitOptions]
 
 
 class SubmitBatcher:
@@ -40,10 +41,11 @@ class SubmitBatcher:
         payload: object,
         idempotency_key: str | None = None,
         max_attempts: int | None = None,
+        options: SubmitOptions = NO_OPTIONS,
     ) -> Submitted:
         """Like `TaskApp.submit_ex`, sharing a transaction with concurrent submits."""
         fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
-        self._pending.append(((task, payload, idempotency_key, max_attempts), fut))
+        self._pending.append(((task, payload, idempotency_key, max_attempts, options), fut))
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_all())
         return await fut
@@ -78,9 +80,9 @@ class SubmitBatcher:
         """In a worker thread: validate each, then one transaction for the valid ones
         (Submitter.write: a failing batch is written again one by one)."""
         prepared: list[NewTask | BaseException] = []
-        for req in requests:
+        for task, payload, key, attempts, options in requests:
             try:
-                prepared.append(self.app.prepare(*req))
+                prepared.append(self.app.prepare(task, payload, key, attempts, options=options))
             except Exception as exc:
                 prepared.append(exc)
         items = [p for p in prepared if isinstance(p, NewTask)]

@@ -47,6 +47,13 @@ def worker(
     webhook: Webhook = None,
     pin_cpu: PinCpu = None,
     retain: Retain = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", help="Claim only from this queue (repeatable; default: all)."),
+    ] = None,
+    no_scheduler: Annotated[
+        bool, typer.Option("--no-scheduler", help="Do not run the schedules here.")
+    ] = False,
 ) -> None:
     """Claim and run tasks until SIGTERM/SIGINT, then shut down gracefully (exit 0)."""
     hooks = _webhooks(webhook)
@@ -61,10 +68,13 @@ def worker(
                 webhooks=hooks,
                 pin_cpu=pin_cpu,
                 retain=keep,
+                queues=queue or None,
+                scheduler=not no_scheduler,
             ).start()
         )
+        served = f" (queues: {', '.join(w.queues)})" if w.queues else ""
         err.print(
-            f"tasklab worker ready: {w.concurrency} {runner} slots on {redact(db)}",
+            f"tasklab worker ready: {w.concurrency} {runner} slots on {redact(db)}{served}",
             highlight=False,
         )
         while not stop.wait(0.2):

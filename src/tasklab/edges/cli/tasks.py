@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from tasklab.app import DEFAULT_DB
+from tasklab.core.queueing import SubmitOptions
 from tasklab.core.states import State
 from tasklab.edges import watching
 from tasklab.edges.cli.common import (
@@ -36,14 +37,38 @@ def submit(
     ] = "{}",
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
     max_attempts: Annotated[int | None, typer.Option("--max-attempts", min=1)] = None,
+    run_at: Annotated[
+        str | None, typer.Option("--run-at", help="ISO 8601 time with an offset.")
+    ] = None,
+    delay: Annotated[str | None, typer.Option("--delay", help="e.g. 30s, 5m, 2h.")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Queue (task default).")] = None,
+    priority: Annotated[
+        int | None, typer.Option("--priority", help="-100..100, higher first.")
+    ] = None,
+    concurrency_key: Annotated[str | None, typer.Option("--concurrency-key")] = None,
+    unique_key: Annotated[
+        str | None, typer.Option("--unique-key", help="Refused while a task with it is live.")
+    ] = None,
     db: Db = DEFAULT_DB,
     app: AppSpec = None,
     data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """Queue a task; prints its id."""
+    options = _guard(
+        lambda: SubmitOptions.of(
+            run_at=run_at,
+            delay=delay,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            unique_key=unique_key,
+        )
+    )
     with _app(db, app, data_dir=data_dir) as a:
-        snap, created = _guard(lambda: a.submit_ex(task, _parse_json(payload), key, max_attempts))
+        snap, created = _guard(
+            lambda: a.submit_ex(task, _parse_json(payload), key, max_attempts, options=options)
+        )
         if as_json:
             out.print_json(json.dumps({"id": snap.id, "created": created, "task": snap.to_json()}))
         else:

@@ -12,12 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from tasklab.core.jsontext import NotJSON, loads
-from tasklab.edges.budget import ByteBudget
+from tasklab.core.queueing import SubmitOptions
+from tasklab.edges.http.body import read_json
 from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
+from tasklab.edges.http.queues import queue_routes
 from tasklab.edges.http.state import ServerState, SubmitBody
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
 from tasklab.edges.submits import SubmitBatcher
@@ -26,7 +26,6 @@ from tasklab.errors import TasklabError
 from tasklab.metrics import Metrics
 
 log = logging.getLogger("tasklab.http")
-MAX_BODY = 1024 * 1024 + 4096  # a 1 MiB payload plus the envelope
 MAX_RESUME = 2**63 - 1  # seq is a signed 64-bit integer in both stores
 
 
@@ -38,6 +37,12 @@ class SubmitSchema(BaseModel):
     payload: dict[str, Any] = {}
     idempotency_key: str | None = None
     max_attempts: int | None = None
+    run_at: str | None = None  # ISO 8601 with an offset
+    delay: float | None = None  # seconds
+    queue: str | None = None
+    priority: int | None = None
+    concurrency_key: str | None = None
+    unique_key: str | None = None
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -50,6 +55,7 @@ def create_app(state: ServerState) -> FastAPI:
     _install_errors(api)
     protected = APIRouter(dependencies=[Depends(_auth(state))])
     _task_routes(protected, state)
+    queue_routes(protected, state)
     api.include_router(protected)
 
     @api.get("/openapi.json", include_in_schema=False, dependencies=[Depends(_auth(state))])
@@ -106,37 +112,6 @@ def _auth(state: ServerState) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
-async def read_json(request: Request, budget: ByteBudget) -> Any:
-    """The request body as JSON: `application/json` only (a cross-site form or a
-    `text/plain` "simple request" is refused before it is read), at most MAX_BODY
-    bytes (413 beyond, nothing read on), within the server's budget of bytes held at
-    once (503 beyond). A client that hangs up mid-body is a log line."""
-    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if ctype != "application/json":
-        raise HTTPError(415, "unsupported_media_type", "the body must be application/json")
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY:
-        raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise HTTPError(413, "too_large", f"body larger than {MAX_BODY} bytes")
-            if not budget.take(len(chunk)):
-                raise HTTPError(503, "server_busy", "too many request bytes held; try again")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        log.info("%s %s: the client hung up mid-body", request.method, request.url.path)
-        raise HTTPError(400, "client_disconnected", "the body ended early") from None
-    finally:
-        budget.give(sum(len(c) for c in chunks))
-    try:
-        return loads(b"".join(chunks))
-    except NotJSON as exc:
-        raise HTTPError(422, "bad_request", f"body is {exc}") from None
-
-
 def parse_submit(doc: Any, request: Request) -> SubmitBody:
     """The submit envelope; field types are checked where the values are used
     (`TaskApp.prepare`), with messages that never echo the input."""
@@ -150,7 +125,8 @@ def parse_submit(doc: Any, request: Request) -> SubmitBody:
     key = doc.get("idempotency_key")
     if key is None:
         key = request.headers.get("idempotency-key")
-    return SubmitBody(doc["task"], payload, key, doc.get("max_attempts"))
+    options = SubmitOptions.from_wire(doc)  # InvalidPayload (422) names the field
+    return SubmitBody(doc["task"], payload, key, doc.get("max_attempts"), options)
 
 
 _SUBMIT_DOC = {
@@ -167,7 +143,7 @@ async def submit_response(state: ServerState, request: Request) -> JSONResponse:
         raise HTTPError(503, "shutting_down", "the server is shutting down")
     assert state.submits is not None
     snap, created = await state.submits.submit(
-        body.task, body.payload, body.idempotency_key, body.max_attempts
+        body.task, body.payload, body.idempotency_key, body.max_attempts, body.options
     )
     return JSONResponse(snap.to_json(), status_code=201 if created else 200)
 

@@ -64,7 +64,12 @@ class BoundExecutor:
 async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamResponse:
     app, bound = state.app, state.bound
     item = app.prepare(
-        body.task, body.payload, body.idempotency_key, body.max_attempts, request_bound=True
+        body.task,
+        body.payload,
+        body.idempotency_key,
+        body.max_attempts,
+        request_bound=True,
+        options=body.options,
     )
     if not state.streams.try_acquire():
         raise HTTPError(

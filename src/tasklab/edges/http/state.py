@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from tasklab.app import TaskApp
+from tasklab.core.queueing import NO_OPTIONS, SubmitOptions
 from tasklab.edges.budget import ByteBudget
 from tasklab.edges.http.bound import BoundExecutor
 from tasklab.edges.http.streaming import StreamLimiter
@@ -26,6 +27,7 @@ class SubmitBody:
     payload: dict[str, Any]
     idempotency_key: Any = None
     max_attempts: Any = None
+    options: SubmitOptions = NO_OPTIONS
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 
 from tasklab._types import ToThread
 from tasklab.app import TaskApp
+from tasklab.core.queueing import SubmitOptions
 from tasklab.edges.budget import ByteBudget
 from tasklab.edges.http.protocol import LogOncePerSecond
 from tasklab.edges.jsonl import codec
@@ -183,6 +184,7 @@ class JsonLinesServer:
                 doc.get("payload", {}),
                 doc.get("idempotency_key"),
                 doc.get("max_attempts"),
+                SubmitOptions.from_wire(doc),
             )
             return codec.ok(id=snap.id, task=snap.to_json())
         if request.op == "query":
