@@ -4,7 +4,7 @@ reports the same recovery-health figures (the counters live in the store)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -28,6 +28,7 @@ class StoreCollector(Collector):
             by_state.add_metric([state], n)
         yield by_state
         yield GaugeMetricFamily("tasklab_queue_depth", "Queued tasks.", value=counts["queued"])
+        yield from _per_queue(self.app.queues())
         for name, value in self.app.counters().items():
             yield CounterMetricFamily(f"tasklab_{name}", f"Store counter {name}.", value=value)
         lag = GaugeMetricFamily(
@@ -38,6 +39,24 @@ class StoreCollector(Collector):
         for url in self.webhooks:
             lag.add_metric([redact(url)], self.app.notification_lag(url))
         yield lag
+
+
+def _per_queue(queues: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Depth, running tasks, claims so far and pause per queue (claims/s is the
+    counter's rate)."""
+    depth = GaugeMetricFamily("tasklab_queue_queued", "Queued tasks per queue.", labels=["queue"])
+    running = GaugeMetricFamily(
+        "tasklab_queue_running", "Running tasks per queue.", labels=["queue"]
+    )
+    claims = CounterMetricFamily("tasklab_queue_claims", "Claims per queue.", labels=["queue"])
+    paused = GaugeMetricFamily("tasklab_queue_paused", "1 while paused.", labels=["queue"])
+    for q in queues:
+        name = [str(q["name"])]
+        depth.add_metric(name, q["queued"])
+        running.add_metric(name, q["running"])
+        claims.add_metric(name, q["claimed"])
+        paused.add_metric(name, 1 if q["paused"] else 0)
+    yield from (depth, running, claims, paused)
 
 
 class Metrics:

@@ -426,3 +426,33 @@ def bad_emit(ctx: Any, kind: str) -> str:
     bad: object = {"nan": float("nan"), "set": {1, 2}, "surrogate": "\ud800"}[kind]
     ctx.emit(bad)  # type: ignore[arg-type]
     return "emitted"
+
+
+def _append(path: str, line: str) -> None:
+    """One line to a ledger file, atomically (O_APPEND), surviving this process's
+    SIGKILL the moment it is written (the kernel has it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def _ledgered(ctx: Any, path: str, n: int, ms: float, key: str | None) -> int:
+    _append(path, f"start {n} {os.getpid()} {time.time():.6f} {key or '-'} {ctx.task_id}\n")
+    time.sleep(ms / 1000)
+    _append(path, f"end {n} {os.getpid()} {time.time():.6f} {key or '-'} {ctx.task_id}\n")
+    return n
+
+
+@app.task(name="t.run_log", retry_safe=True, max_attempts=50)
+def run_log(ctx: Any, path: str, n: int, ms: float = 50.0, key: str | None = None) -> int:
+    """Writes when it starts and ends to a ledger file: what ran when, across
+    processes, read back by the tests of limits (tests/helpers/ledger.py)."""
+    return _ledgered(ctx, path, n, ms, key)
+
+
+@app.task(name="t.run_log_keyed", retry_safe=True, max_attempts=50, concurrency_limit=1)
+def run_log_keyed(ctx: Any, path: str, n: int, ms: float = 50.0, key: str | None = None) -> int:
+    """`t.run_log` with a per-key limit of one (submit it with a concurrency_key)."""
+    return _ledgered(ctx, path, n, ms, key)

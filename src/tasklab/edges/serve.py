@@ -36,6 +36,7 @@ from tasklab.redact import redact
 from tasklab.runners import default_concurrency
 from tasklab.runners.thread import check_cpu
 from tasklab.service.retention import Retention
+from tasklab.service.scheduler import Scheduler
 
 T = TypeVar("T")
 log = logging.getLogger("tasklab.serve")
@@ -162,8 +163,10 @@ class Service:
                     pin_cpu=opts.pin_cpu,
                 ).start()
             )
-        # retention runs here, not in the embedded worker: also with --no-worker
+        # retention runs here, not in the embedded worker: also with --no-worker; the
+        # schedules run in the embedded worker, or here without one
         self.retention = Retention(app, opts.retain).start() if opts.retain is not None else None
+        self.scheduler = await state.db(Scheduler(app).start) if self.worker is None else None
         self.jsonl = await JsonLinesServer(
             app,
             state.db,
@@ -223,6 +226,8 @@ class Service:
         worker_report = await state.db(self.worker.stop) if self.worker else None
         if self.retention is not None:
             await state.db(self.retention.stop)
+        if self.scheduler is not None:
+            await state.db(self.scheduler.stop)
         await state.db(self._presence.__exit__, None, None, None)
         state.hub.close()
         return {"event": "stopped", "jsonl": jsonl_report, "worker": worker_report}

@@ -162,6 +162,7 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
             "counts": _guard(a.counts),
             "counters": a.counters(),
             "workers": a.workers(),
+            "queues": a.queues(),
         }
         if as_json:
             out.print_json(json.dumps(doc))
@@ -172,6 +173,13 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
         for k, v in doc["counters"].items():
             table.add_row(k, str(v))
         table.add_row("live workers (registered)", str(len(doc["workers"])))
+        for q in doc["queues"]:
+            paused = ", paused" if q["paused"] else ""
+            table.add_row(
+                f"queue {q['name']}",
+                f"{q['queued']:,} queued, {q['running']:,} running, "
+                f"{q['claimed']:,} claimed{paused}",
+            )
         out.print(table)
 
 
