@@ -131,11 +131,8 @@ SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER 
 
 -- name: claim_candidates
 -- The first :limit runnable tasks of one queue in claim order, locked (skipping those
--- another claimer holds), for a limited claim to choose from.
-SELECT id, task, priority, run_after, concurrency_key, concurrency_limit FROM tasks
-WHERE queue = :queue AND state = 'queued' AND NOT delayed AND NOT request_bound
-  AND task = ANY(:names)
-ORDER BY priority DESC, run_after, id LIMIT :limit FOR UPDATE SKIP LOCKED;
+-- another claimer holds), for a limited claim to choose from (schema 8).
+SELECT * FROM tasklab_candidates(:queue, :names, :limit);
 
 -- name: claim_ids
 -- Claim the chosen tasks, if still queued.
