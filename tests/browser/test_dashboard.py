@@ -254,3 +254,48 @@ def test_token_login_from_the_page(tmp_path, browser):
         page.wait_for_selector("#counts li")
         ctx.close()
     app.close()
+
+
+def test_the_queues_page_shows_depth_limits_pause_and_schedules(served, context):
+    app, server = served
+    app.pause("mail")  # nothing of it runs while the test looks
+    for i in range(3):
+        app.submit("t.echo", {"value": i}, queue="mail", priority=i)
+    app.schedule("nightly", "t.echo", cron="0 3 * * *", payload={"value": 1})
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#tasks tbody tr")
+    assert "mail" in page.inner_text("#tasks tbody")  # the list shows queues
+    page.click("text=Queues & schedules")
+    page.wait_for_url("**/ui/queues")
+    row = page.locator("#queues tr[data-queue=mail]")
+    row.wait_for()
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:3] == ["mail", "3", "0"] and cells[6] == "paused", cells
+    # resume from the page: the store says so, and the worker drains the queue
+    row.locator("button").click()
+    wait_for(lambda: not next(q for q in app.queues() if q["name"] == "mail")["paused"])
+    wait_for(lambda: app.counts()["queued"] == 0)
+    page.wait_for_function(
+        "document.querySelector('#queues tr[data-queue=mail] td:nth-child(2)').textContent === '0'"
+    )
+    # limits from the form; a bad rate is explained and changes nothing
+    page.fill("#limit-queue", "mail")
+    page.fill("#limit-rate", "fast")
+    page.click("#limits-button")
+    page.wait_for_function("document.querySelector('#limits-error').textContent.includes('rate')")
+    assert next(q for q in app.queues() if q["name"] == "mail")["rate"] is None
+    page.fill("#limit-concurrency", "4")
+    page.fill("#limit-rate", "100/s")
+    page.click("#limits-button")
+    wait_for(lambda: next(q for q in app.queues() if q["name"] == "mail")["concurrency"] == 4)
+    page.wait_for_function(
+        "document.querySelector('#queues tr[data-queue=mail] td:nth-child(5)').textContent"
+        " === '100/s'"
+    )
+    # the schedules view: its expression and next tick
+    sched = page.locator("#schedules tr[data-schedule=nightly]")
+    sched.wait_for()
+    texts = sched.locator("td").all_inner_texts()
+    assert texts[1] == "t.echo" and texts[2].startswith("0 3 * * *") and texts[3] != "—", texts
+    page.screenshot(path=str(ROOT / "docs" / "queues.png"), full_page=True)

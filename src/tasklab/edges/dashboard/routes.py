@@ -30,6 +30,10 @@ def mount_dashboard(api: FastAPI, state: ServerState) -> None:
     async def task_page(task_id: str) -> HTMLResponse:
         return HTMLResponse(_read("task.html"))
 
+    @api.get("/ui/queues", include_in_schema=False)
+    async def queues_page() -> HTMLResponse:
+        return HTMLResponse(_read("queues.html"))
+
     @api.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
         if name not in ASSETS:

@@ -69,6 +69,8 @@ async function refreshList() {
   $("#tasks tbody").replaceChildren(...page.items.map((t) => el("tr", {},
     el("td", {}, el("a", { href: `/ui/tasks/${t.id}`, text: t.task })),
     el("td", { class: `state state-${t.state}`, text: t.state }),
+    el("td", { text: t.queue }),
+    el("td", { class: "num", text: String(t.priority) }),
     el("td", { class: "num", text: `${t.attempt}/${t.max_attempts}` }),
     el("td", { class: "num", text: ago(t.created_at) }),
     el("td", { class: "num", text: duration(t) }),
@@ -239,8 +241,9 @@ function renderSnapshot(t) {
   $("#attempt").textContent = `attempt ${t.attempt} of ${t.max_attempts}`;
   $("#task-title").textContent = `${t.task} · ${t.id}`;
   document.title = `${t.task} ${t.state} · tasklab`;
-  $("#meta").replaceChildren(...["id", "task", "created_at", "started_at", "finished_at",
-    "cancel_reason", "idempotency_key"].flatMap((k) =>
+  $("#meta").replaceChildren(...["id", "task", "queue", "priority", "run_after", "created_at",
+    "started_at", "finished_at", "cancel_reason", "idempotency_key", "concurrency_key",
+    "unique_key"].flatMap((k) =>
     [el("dt", { text: k }), el("dd", { text: t[k] == null ? "—" : String(t[k]) })]));
   if (t.state === "cancel_requested") $("#fact-accepted").classList.add("done");
   if (view.terminalShown) {
@@ -361,6 +364,63 @@ async function startTask() {
   }, 1000);
 }
 
-const start = document.body.dataset.page === "task" ? startTask : startList;
+// ---- the queues page --------------------------------------------------------------
+function limitText(v) { return v == null ? "—" : String(v); }
+
+async function refreshQueues() {
+  const [queues, schedules] = await Promise.all([api("/queues"), api("/schedules")]);
+  $("#queues tbody").replaceChildren(...queues.items.map((q) => {
+    const toggle = el("button", { type: "button", class: "secondary",
+      "data-queue": q.name, text: q.paused ? "Resume" : "Pause" });
+    toggle.addEventListener("click", async () => {
+      toggle.disabled = true;
+      await api(`/queues/${encodeURIComponent(q.name)}/${q.paused ? "resume" : "pause"}`, { method: "POST" });
+      await refreshQueues();
+    });
+    return el("tr", { "data-queue": q.name },
+      el("td", { text: q.name }),
+      el("td", { class: "num", text: q.queued.toLocaleString() }),
+      el("td", { class: "num", text: q.running.toLocaleString() }),
+      el("td", { class: "num", text: limitText(q.concurrency) }),
+      el("td", { text: limitText(q.rate) }),
+      el("td", { class: "num", text: q.claimed.toLocaleString() }),
+      el("td", { class: q.paused ? "state state-cancelled" : "state", text: q.paused ? "paused" : "open" }),
+      el("td", {}, toggle));
+  }));
+  $("#schedules tbody").replaceChildren(...schedules.items.map((s) => el("tr", { "data-schedule": s.name },
+    el("td", { text: s.name }), el("td", { text: s.task }),
+    el("td", { text: `${s.expression}${s.cron ? ` (${s.timezone})` : ""}` }),
+    el("td", { text: s.next_tick ? new Date(s.next_tick).toLocaleString() : "—" }),
+    el("td", {}, s.last_task_id ? el("a", { href: `/ui/tasks/${s.last_task_id}`, text: s.last_task_id }) : "—"))));
+}
+
+async function setLimits(ev) {
+  ev.preventDefault();
+  $("#limits-error").textContent = "";
+  const name = $("#limit-queue").value.trim();
+  const body = {};
+  const conc = $("#limit-concurrency").value.trim();
+  const rate = $("#limit-rate").value.trim();
+  if (conc) body.concurrency = conc.toLowerCase() === "none" ? null : Number(conc);
+  if (rate) body.rate = rate.toLowerCase() === "none" ? null : rate;
+  try {
+    if (!name) throw new Error("name a queue");
+    await api(`/queues/${encodeURIComponent(name)}`, { method: "PUT", body: JSON.stringify(body),
+      headers: { "content-type": "application/json" } });
+    await refreshQueues();
+  } catch (err) {
+    $("#limits-error").textContent = err.message || String(err);
+  }
+}
+
+async function startQueues() {
+  $("#app").hidden = false;
+  $("#limits-form").addEventListener("submit", setLimits);
+  await refreshQueues();
+  setInterval(() => refreshQueues().catch(() => {}), 1000);
+}
+
+const PAGES = { task: startTask, queues: startQueues, list: startList };
+const start = PAGES[document.body.dataset.page] || startList;
 setupLogin(start);
 start().catch((err) => { if (err.message !== "unauthorized") console.error(err); });
