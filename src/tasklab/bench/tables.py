@@ -100,3 +100,26 @@ def serve_table(report: Any) -> Table:
         f"{rss['before']} → {rss['with_idle']} MB ({rss['per_stream_kb']} KB each)",
     )
     return table
+
+
+def dict_table(doc: dict[str, Any]) -> Table:
+    """A flat table of a report's figures (nested ones as `a.b`), conditions aside."""
+    table = Table("figure", "value", title=f"tasklab bench queue — {redact(str(doc.get('db')))}")
+
+    def rows(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                rows(f"{prefix}{k}." if prefix else f"{k}.", v)
+        elif (
+            isinstance(value, list)
+            and len(value) == 2
+            and all(isinstance(v, int | float) for v in value)
+        ):
+            table.add_row(prefix.rstrip("."), f"{value[0]:,} – {value[1]:,}")
+        else:
+            table.add_row(prefix.rstrip("."), str(value))
+
+    for key, value in doc.items():
+        if key not in ("conditions", "db"):
+            rows(f"{key}.", value)
+    return table

@@ -34,3 +34,9 @@ def wait(ctx: Any, seconds: float = 600.0) -> str:
     """Idles until cancelled (for idle subscribers)."""
     ctx.sleep(seconds)
     return "waited"
+
+
+@app.task(name="bench.keyed", concurrency_limit=1)
+def keyed(ctx: Any) -> None:
+    """`bench.noop` with a per-key limit of one (submitted with a concurrency_key)."""
+    return None

@@ -59,16 +59,49 @@ def bench_queue(
         ),
     ] = None,
     window: Annotated[int, typer.Option("--window", min=100)] = 100_000,
+    limits: Annotated[
+        bool,
+        typer.Option(
+            "--limits",
+            help="Instead: the default worker's drain plainly and with a queue limit, a "
+            "per-key limit over 1,000 keys and a rate limit (all far above the drain), "
+            "in alternating rounds (--runs).",
+        ),
+    ] = False,
+    schedules: Annotated[
+        int | None,
+        typer.Option(
+            "--schedules",
+            min=1,
+            help="Instead: this many interval schedules due at once; the scheduler's CPU "
+            "per tick and how late the ticks' tasks are.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Enqueue one by one, from 32 threads and in batches, drain (the default worker and
     chosen concurrencies), enqueue→start latency."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from tasklab.bench import limits as limit_bench
     from tasklab.bench import queue
 
     if backlog is not None:
         _bench_backlog(db, backlog, min(window, backlog), durability, as_json)
+        return
+    if limits or schedules is not None:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err) as p:
+            p.add_task("limits" if limits else f"{schedules:,} schedules", total=None)
+            doc = _guard(
+                lambda: (
+                    limit_bench.run_limits(db, n, durability, max(runs, 2))
+                    if limits
+                    else limit_bench.run_schedules(db, schedules or 0, durability)
+                )
+            )
+        from tasklab.bench.tables import dict_table
+
+        _report(as_json, doc, lambda: dict_table(doc), doc["conditions"])
         return
 
     reports = []

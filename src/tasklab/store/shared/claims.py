@@ -3,9 +3,10 @@ transaction so that no process's memory decides anything a crash could undo.
 
 Two paths, one rule:
 - the *open claim*: one queue, not paused, no concurrency or rate limit, no task with
-  a per-key limit asked for — one statement (`claim_next`) walking the queue's ready
-  index. Its SQL refuses a queue that is paused or limited meanwhile, so a stale view
-  can only make it claim less, never break a limit.
+  a per-key limit waiting in it that this claimer could run — one statement
+  (`claim_next`) walking the queue's ready index. Its SQL refuses a queue that is
+  paused or limited meanwhile, so a stale view can only make it claim less, never
+  break a limit.
 - the *limited claim*: everything else, in one write transaction: take the locks
   (PostgreSQL: an advisory lock per queue served and per task name with a per-key
   limit, in one order; SQLite's writers take turns anyway), read the queues' settings
@@ -44,6 +45,7 @@ class QueueView:
     known: tuple[str, ...]  # queues with queued tasks or settings
     paused: frozenset[str]
     limited: frozenset[str]
+    keyed: frozenset[str]  # queues where tasks with a per-key limit wait
     at: float  # monotonic time of the read
 
 
@@ -128,6 +130,7 @@ class SqlClaims(SqlCore):
                 known=tuple(sorted({r["name"] for r in rows})),
                 paused=frozenset(r["name"] for r in rows if r["paused"]),
                 limited=frozenset(r["name"] for r in rows if r["limited"]),
+                keyed=frozenset(r["name"] for r in rows if r["keyed"]),
                 at=time.monotonic(),
             )
             self._view, self._short = view, False
@@ -146,8 +149,13 @@ class SqlClaims(SqlCore):
         return [q for q in served if q not in view.paused]
 
     def _open_queue(self, r: ClaimRequest, served: list[str]) -> str | None:
-        """The one queue of an open claim, or None (limited claim, or nothing)."""
-        if len(served) != 1 or r.keyed or served[0] in self.queue_view().limited:
+        """The one queue of an open claim, or None (limited claim, or nothing). A
+        queue where tasks with a per-key limit wait takes the limited path when the
+        claimer runs such tasks; the open claim's SQL skips them either way."""
+        view = self.queue_view()
+        if len(served) != 1 or served[0] in view.limited:
+            return None
+        if r.keyed and served[0] in view.keyed:
             return None
         return served[0]
 

@@ -162,12 +162,17 @@ JOIN unnest(CAST(:tasks AS TEXT[]), CAST(:keys AS TEXT[])) AS p(task, key)
 UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
 
 -- name: queue_view
--- What a claimer needs to choose its path: each queue with tasks queued or settings.
-SELECT c.queue AS name, false AS paused, false AS limited FROM task_counts c
-WHERE c.state = 'queued' AND c.queue NOT IN (SELECT name FROM queues)
-GROUP BY c.queue HAVING SUM(c.n) > 0
-UNION ALL
-SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) AS limited FROM queues;
+-- What a claimer needs to choose its path: each queue with tasks queued or settings,
+-- whether it is paused or limited, and whether tasks with a per-key limit wait in it.
+SELECT v.name, v.paused, v.limited,
+       EXISTS (SELECT 1 FROM tasks k
+               WHERE k.queue = v.name AND k.state = 'queued'
+                 AND k.concurrency_limit IS NOT NULL) AS keyed
+FROM (SELECT c.queue AS name, false AS paused, false AS limited FROM task_counts c
+      WHERE c.state = 'queued' AND c.queue NOT IN (SELECT name FROM queues)
+      GROUP BY c.queue HAVING SUM(c.n) > 0
+      UNION ALL
+      SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) FROM queues) v;
 
 -- name: claim_id
 -- Claim one given task if it is queued.

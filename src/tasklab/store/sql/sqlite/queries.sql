@@ -160,11 +160,16 @@ JOIN json_each(:pairs) p ON k.task = p.value ->> 0 AND k.key = p.value ->> 1;
 UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
 
 -- name: queue_view
--- What a claimer needs to choose its path: each queue with tasks queued or settings.
-SELECT c.queue AS name, 0 AS paused, 0 AS limited FROM task_counts c
-WHERE c.state = 'queued' AND c.n > 0 AND c.queue NOT IN (SELECT name FROM queues)
-UNION ALL
-SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) AS limited FROM queues;
+-- What a claimer needs to choose its path: each queue with tasks queued or settings,
+-- whether it is paused or limited, and whether tasks with a per-key limit wait in it.
+SELECT v.name, v.paused, v.limited,
+       EXISTS (SELECT 1 FROM tasks k INDEXED BY tasks_keyed
+               WHERE k.queue = v.name AND k.state = 'queued'
+                 AND k.concurrency_limit IS NOT NULL) AS keyed
+FROM (SELECT c.queue AS name, 0 AS paused, 0 AS limited FROM task_counts c
+      WHERE c.state = 'queued' AND c.n > 0 AND c.queue NOT IN (SELECT name FROM queues)
+      UNION ALL
+      SELECT name, paused, (concurrency IS NOT NULL OR rate_count IS NOT NULL) FROM queues) v;
 
 -- name: claim_id
 -- Claim one given task if it is queued (run_after is not waited for: the caller asked).

@@ -21,6 +21,9 @@ DROP INDEX IF EXISTS tasks_claimable;
 CREATE INDEX tasks_ready ON tasks (queue, priority DESC, run_after, id)
     WHERE state = 'queued' AND NOT delayed;
 CREATE INDEX tasks_delayed ON tasks (run_after) WHERE state = 'queued' AND delayed;
+-- Queued tasks with a per-key limit, by queue: a claimer asks whether a queue has any
+-- (then its claims there take the limited path); tasks without one never enter it.
+CREATE INDEX tasks_keyed ON tasks (queue) WHERE state = 'queued' AND concurrency_limit IS NOT NULL;
 -- Unique only while live: a finished task frees its key.
 CREATE UNIQUE INDEX tasks_unique ON tasks (unique_key)
     WHERE unique_key IS NOT NULL AND state IN ('queued', 'running', 'cancel_requested');
