@@ -494,3 +494,18 @@ def test_leases_run_on_the_database_clock_not_the_process_clock(store, reader, m
     assert 4.0 < ahead <= 5.0, ahead
     assert store.expire(Backoff(base=0.0, jitter=0.0)) == []  # not expired
     assert store.heartbeat(c, 5.0) is State.RUNNING
+
+
+def test_a_batch_with_idempotency_keys_answers_the_holders(store):
+    """One statement for a batch with keys (the scheduler's ticks): a taken key answers
+    its task, a key twice in the batch makes one task, a different payload conflicts
+    and the whole batch is written or none of it."""
+    ((first, _),) = store.submit([new({"value": 1}, key="b1")])
+    out = store.submit(
+        [new({"value": 1}, key="b1"), new({"value": 2}, key="b2"), new({"value": 2}, key="b2")]
+    )
+    assert (out[0][0].id, out[0][1]) == (first.id, False)
+    assert out[1][1] is True and out[2][1] is False and out[1][0].id == out[2][0].id
+    with pytest.raises(IdempotencyConflict):
+        store.submit([new({"value": 3}), new({"value": 9}, key="b1")])
+    assert store.counts()["queued"] == 2

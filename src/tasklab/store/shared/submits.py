@@ -37,14 +37,8 @@ class SqlSubmits(SqlCore):
             with self._write() as conn:
                 return [self._insert(conn, item)]
         with self._write() as conn:
-            if len(items) > 1 and all(
-                i.idempotency_key is None and i.unique_key is None for i in items
-            ):
-                batch = [self._insert_params(i) for i in items]
-                rows = self._insert_batch(conn, batch)
-                out = [
-                    (self._fresh(i, p, r), True) for i, p, r in zip(items, batch, rows, strict=True)
-                ]
+            if len(items) > 1 and all(i.unique_key is None for i in items):
+                out = self._insert_many(conn, items)
             else:
                 out = [self._insert(conn, item) for item in items]
         self.faults.check("submit_answer")
@@ -95,12 +89,28 @@ class SqlSubmits(SqlCore):
             unique_key=item.unique_key,
         )
 
-    def _insert_batch(self, conn: Any, batch: list[dict[str, Any]]) -> list[Row]:
-        """Many new tasks without idempotency keys in one statement (`insert_tasks`,
-        its rows as the dialect passes many: `_rows_param`); answers in batch order."""
+    def _insert_many(self, conn: Any, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
+        """Many new tasks in one statement (`insert_tasks`, its rows as the dialect
+        passes many: `_rows_param`), in batch order; those whose idempotency key is
+        taken answer the task holding it (read in one more statement) or conflict."""
+        batch = [self._insert_params(i) for i in items]
         rows = self._all(conn, "insert_tasks", **self._rows_param(batch))
         by_id = {r["id"]: r for r in rows}  # RETURNING promises no order
-        return [by_id[params["id"]] for params in batch]
+        taken = [p["idempotency_key"] for p in batch if p["id"] not in by_id]
+        holders: dict[str, Row] = {}
+        if taken:
+            found = self._all(conn, "tasks_by_keys", keys=self._list_param(taken))
+            holders = {r["idempotency_key"]: r for r in found}
+        out: list[tuple[TaskSnapshot, bool]] = []
+        for item, params in zip(items, batch, strict=True):
+            row = by_id.get(params["id"])
+            if row is not None:
+                out.append((self._fresh(item, params, row), True))
+                continue
+            existing = holders[item.idempotency_key]  # type: ignore[index]
+            self._existing(existing, item, item.payload_text())
+            out.append((self._snapshot(existing), False))
+        return out
 
     def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
         params = self._insert_params(item)

@@ -43,29 +43,35 @@ ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
 -- name: insert_tasks
--- Many new tasks without idempotency keys in one statement: one plan and one pass
--- instead of a statement per row (`insert_task`'s parameters as arrays, one element
--- per task).
+-- Many new tasks in one statement: one plan and one pass instead of a statement per
+-- row (`insert_task`'s parameters as arrays, one element per task); a taken
+-- idempotency key inserts nothing (the caller reads those by `tasks_by_keys`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit)
+                   concurrency_key, concurrency_limit, idempotency_key)
 SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
        t.timeout,
        COALESCE(t.run_at, clock_timestamp() + make_interval(secs => COALESCE(t.delay, 0))),
        clock_timestamp(), t.queue, t.priority,
        COALESCE(t.run_at > clock_timestamp(), COALESCE(t.delay, 0) > 0),
-       t.concurrency_key, t.concurrency_limit
+       t.concurrency_key, t.concurrency_limit, t.idempotency_key
 FROM unnest(CAST(:id AS TEXT[]), CAST(:task AS TEXT[]), CAST(:payload AS TEXT[]),
             CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
             CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]),
             CAST(:queue AS TEXT[]), CAST(:priority AS INTEGER[]),
             CAST(:run_at AS TIMESTAMPTZ[]), CAST(:delay AS DOUBLE PRECISION[]),
-            CAST(:concurrency_key AS TEXT[]), CAST(:concurrency_limit AS INTEGER[]))
+            CAST(:concurrency_key AS TEXT[]), CAST(:concurrency_limit AS INTEGER[]),
+            CAST(:idempotency_key AS TEXT[]))
      WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
                           timeout, queue, priority, run_at, delay, concurrency_key,
-                          concurrency_limit, n)
+                          concurrency_limit, idempotency_key, n)
 ORDER BY t.n
+ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
+
+-- name: tasks_by_keys
+-- The tasks holding these idempotency keys.
+SELECT * FROM tasks WHERE idempotency_key = ANY(:keys);
 
 -- name: task_by_key
 -- The task holding an idempotency key.

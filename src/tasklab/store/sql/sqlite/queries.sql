@@ -31,11 +31,13 @@ ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
 -- name: insert_tasks
--- Many new tasks without idempotency keys in one statement (a JSON array of
--- `insert_task`'s parameters): one statement instead of one per row.
+-- Many new tasks in one statement (a JSON array of `insert_task`'s parameters): one
+-- statement instead of one per row; a taken idempotency key inserts nothing (the
+-- caller reads those by `tasks_by_keys`). WHERE true: SQLite's parser needs it
+-- before an upsert clause.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit)
+                   concurrency_key, concurrency_limit, idempotency_key)
 SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        value ->> 'max_attempts', value ->> 'retry_safe', value ->> 'request_bound',
        value ->> 'timeout',
@@ -43,9 +45,14 @@ SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        julianday('now'), value ->> 'queue', value ->> 'priority',
        COALESCE(value ->> 'run_at', julianday('now') + COALESCE(value ->> 'delay', 0) / 86400.0)
            > julianday('now'),
-       value ->> 'concurrency_key', value ->> 'concurrency_limit'
-FROM json_each(:rows) ORDER BY key
+       value ->> 'concurrency_key', value ->> 'concurrency_limit', value ->> 'idempotency_key'
+FROM json_each(:rows) WHERE true ORDER BY key
+ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
+
+-- name: tasks_by_keys
+-- The tasks holding these idempotency keys (JSON array).
+SELECT * FROM tasks WHERE idempotency_key IN (SELECT value FROM json_each(:keys));
 
 -- name: task_by_key
 -- The task holding an idempotency key.
