@@ -33,7 +33,7 @@ from tasklab.bench.queue import (
 )
 from tasklab.core.models import NewTask
 from tasklab.core.queueing import SubmitOptions
-from tasklab.core.schedules import ScheduleDef
+from tasklab.core.schedules import Advance, ScheduleDef
 from tasklab.redact import redact
 from tasklab.service.scheduler import Scheduler
 
@@ -103,12 +103,15 @@ def run_schedules(db: str, n: int, durability: str, ticks: int = 3) -> dict[str,
     app = bench_app(db, durability)
     require_empty(app)
     every = 5.0  # all n schedules tick at the same instants, 5 s apart
-    first = ScheduleDef.checked("probe", "bench.noop", every=every).next_after(
-        app.store.now() + timedelta(seconds=3)  # time to store n schedules first
-    )
+    probe = ScheduleDef.checked("probe", "bench.noop", every=every)
+    parked = probe.next_after(app.store.now() + timedelta(hours=1))
     for i in range(n):
         spec = ScheduleDef.checked(f"s{i}", "bench.noop", every=every)
-        app.store.put_schedule(spec, first, keep=False)
+        app.store.put_schedule(spec, parked, keep=False)
+    # all stored: now make them due at the next tick but one, in one transaction
+    first = probe.next_after(app.store.now() + timedelta(seconds=1))
+    raw = app.store._time_param(parked)  # type: ignore[attr-defined]
+    app.store.advance_schedules([Advance(f"s{i}", raw, first, None, None) for i in range(n)])
     scheduler = Scheduler(app)
     passes: list[dict[str, float]] = []
     lateness: list[float] = []

@@ -74,23 +74,21 @@ class SqlSchedules(SqlCore):
             for r in rows
         ]
 
-    def advance_schedules(self, moves: list[Advance]) -> int:
-        """Move schedules on, in one transaction, each unless another scheduler already
-        did; answers how many moved."""
-        moved = 0
+    def advance_schedules(self, moves: list[Advance]) -> None:
+        """Move schedules on, in one transaction (PostgreSQL: one statement), each
+        unless another scheduler already did."""
+        params = [
+            {
+                "name": m.name,
+                "from_tick": m.raw_from,
+                "next_tick": self._time_param(m.next_tick),
+                "last_tick": self._time_param(m.last_tick) if m.last_tick is not None else None,
+                "last_task_id": m.last_task_id,
+            }
+            for m in moves
+        ]
         with self._write() as conn:
-            for m in moves:
-                cur = self._x(
-                    conn,
-                    "schedule_advance",
-                    name=m.name,
-                    from_tick=m.raw_from,
-                    next_tick=self._time_param(m.next_tick),
-                    last_tick=self._time_param(m.last_tick) if m.last_tick is not None else None,
-                    last_task_id=m.last_task_id,
-                )
-                moved += cur.rowcount
-        return moved
+            self._executemany(conn, "schedule_advance", params)
 
     def _schedule_doc(self, r: Row) -> dict[str, JSON]:
         spec = _spec(r)

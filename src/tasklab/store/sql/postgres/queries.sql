@@ -539,3 +539,13 @@ UPDATE schedules SET next_tick = :next_tick,
     last_tick = COALESCE(CAST(:last_tick AS TIMESTAMPTZ), last_tick),
     last_task_id = COALESCE(CAST(:last_task_id AS TEXT), last_task_id)
 WHERE name = :name AND next_tick = :from_tick;
+
+-- name: schedule_advance_batch
+-- `schedule_advance` for many schedules in one statement (arrays, one element each).
+UPDATE schedules s SET next_tick = v.next_tick,
+    last_tick = COALESCE(v.last_tick, s.last_tick),
+    last_task_id = COALESCE(v.last_task_id, s.last_task_id)
+FROM unnest(CAST(:name AS TEXT[]), CAST(:from_tick AS TIMESTAMPTZ[]),
+            CAST(:next_tick AS TIMESTAMPTZ[]), CAST(:last_tick AS TIMESTAMPTZ[]),
+            CAST(:last_task_id AS TEXT[])) AS v(name, from_tick, next_tick, last_tick, last_task_id)
+WHERE s.name = v.name AND s.next_tick = v.from_tick;
