@@ -209,25 +209,39 @@ class SqlClaims(SqlCore):
             found = allowance(row, r.limit, now, self._dt(row["tokens_at"]))
             found.now = row["now"]
             room[queue] = found
+        # First as many candidates per queue as it has room (a few more where keys may
+        # hold some back); a queue whose page came back full and whose room was not
+        # filled — keys at their limit ahead — is read again four times deeper.
+        wanted = {q: a.left + (8 if r.keyed else 0) for q, a in room.items() if a.left > 0}
         candidates: dict[str, list[Row]] = {}
-        for queue, a in room.items():
-            if a.left <= 0:
-                continue
-            n = a.left + (4 * a.left + 32 if r.keyed else 0)
-            found_rows = self._all(
-                conn, "claim_candidates", queue=queue, names=self._list_param(r.names), limit=n
-            )
-            candidates[queue] = [{**dict(c), "queue": queue} for c in found_rows]
-        pairs = sorted(
-            {
+        live: dict[tuple[str, str], int] = {}
+        chosen: list[Row] = []
+        for _ in range(4):
+            for queue, n in wanted.items():
+                page = self._all(
+                    conn, "claim_candidates", queue=queue, names=self._list_param(r.names), limit=n
+                )
+                candidates[queue] = [{**dict(c), "queue": queue} for c in page]
+            pairs = {
                 (c["task"], c["concurrency_key"])
-                for rows in candidates.values()
-                for c in rows
+                for q in wanted
+                for c in candidates[q]
                 if c["concurrency_key"] is not None
             }
-        )
-        live = self._key_counts(conn, pairs) if pairs else {}
-        chosen = choose(candidates, {q: a.left for q, a in room.items()}, live, r.limit)
+            if pairs - live.keys():
+                live |= dict.fromkeys(pairs - live.keys(), 0)
+                live |= self._key_counts(conn, sorted(pairs))
+            chosen = choose(candidates, {q: a.left for q, a in room.items()}, live, r.limit)
+            if len(chosen) >= r.limit or not r.keyed:
+                break
+            taken = {q: sum(1 for c in chosen if c["queue"] == q) for q in candidates}
+            wanted = {
+                q: min(4 * len(rows), 4096)
+                for q, rows in candidates.items()
+                if len(rows) == wanted.get(q, -1) and taken[q] < room[q].left and len(rows) < 4096
+            }
+            if not wanted:
+                break
         if not chosen:
             return []
         claimed = self._all(
