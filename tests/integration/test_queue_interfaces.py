@@ -180,3 +180,20 @@ def test_cli_queues_schedules_and_bad_input(store_url):
         assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
     assert json.loads(cli("stats", *db, "--json").stdout)["counts"]["queued"] == 1
     assert json.loads(cli("schedules", "list", *db, "--json").stdout) == []
+
+
+def test_per_queue_metrics(client, app):
+    app.submit_many("t.echo", [{"value": i} for i in range(3)], queue="mail")
+    app.pause("mail")
+    (claimed,) = app.store.claim(["t.echo"], 1, "w", 30.0, queues=["mail", "default"]) or [None]
+    text = client.get("/metrics").text
+    assert 'tasklab_queue_queued{queue="mail"} 3.0' in text
+    assert 'tasklab_queue_paused{queue="mail"} 1.0' in text
+    assert 'tasklab_queue_claims_total{queue="mail"} 0.0' in text
+    assert claimed is None  # paused: nothing claimed
+    app.resume("mail")
+    app.store.forget_queue_view()
+    assert len(app.store.claim(["t.echo"], 2, "w", 30.0)) == 2
+    text = client.get("/metrics").text
+    assert 'tasklab_queue_running{queue="mail"} 2.0' in text
+    assert 'tasklab_queue_claims_total{queue="mail"} 2.0' in text

@@ -16,9 +16,11 @@ Two paths, one rule:
   tokens. Concurrent finishes only lower the counts read, so a limit can be
   under-used for a moment, never exceeded.
 
-Which path a claim takes comes from a view of the queues (names, paused, limited)
-cached for a second — or 50 ms after a claim that came back short, so that a new queue
-or a resume is seen at once where it matters.
+Which path a claim takes comes from a view of the queues (names, paused, limited,
+holding tasks) cached for a quarter of a second — or 50 ms after a claim that came
+back short, so that a new queue or a resume is seen at once where it matters. Only
+queues holding queued tasks are read: one busy queue among many configured ones is
+still an open claim.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tasklab._types import Row
 from tasklab.core.models import ClaimRequest
 from tasklab.store.shared.core import SqlCore
 
-VIEW_TTL = 1.0
+VIEW_TTL = 0.25
 VIEW_TTL_SHORT = 0.05
 PROMOTE_BATCH = 1000
 
@@ -46,6 +48,7 @@ class QueueView:
     paused: frozenset[str]
     limited: frozenset[str]
     keyed: frozenset[str]  # queues where tasks with a per-key limit wait
+    busy: frozenset[str]  # queues with queued tasks
     at: float  # monotonic time of the read
 
 
@@ -131,10 +134,16 @@ class SqlClaims(SqlCore):
                 paused=frozenset(r["name"] for r in rows if r["paused"]),
                 limited=frozenset(r["name"] for r in rows if r["limited"]),
                 keyed=frozenset(r["name"] for r in rows if r["keyed"]),
+                busy=frozenset(r["name"] for r in rows if r["busy"]),
                 at=time.monotonic(),
             )
             self._view, self._short = view, False
         return view
+
+    def view_is_stale(self) -> bool:
+        """Whether the view is older than a short claim's patience."""
+        view = self._view
+        return view is None or time.monotonic() - view.at > VIEW_TTL_SHORT
 
     def limited_queues(self) -> frozenset[str]:
         return self.queue_view().limited
@@ -144,9 +153,12 @@ class SqlClaims(SqlCore):
         self._view = None
 
     def _served(self, r: ClaimRequest) -> list[str]:
+        """The queues this claim reads: served, not paused, holding queued tasks (as of
+        the view: a queue that just got its first task is seen at the next read of the
+        view, within VIEW_TTL, or VIEW_TTL_SHORT after a claim that came back short)."""
         view = self.queue_view()
         served = r.queues if r.queues is not None else list(view.known)
-        return [q for q in served if q not in view.paused]
+        return [q for q in served if q not in view.paused and q in view.busy]
 
     def _open_queue(self, r: ClaimRequest, served: list[str]) -> str | None:
         """The one queue of an open claim, or None (limited claim, or nothing). A

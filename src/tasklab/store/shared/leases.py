@@ -3,6 +3,7 @@ the next claims), giving claims back."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -39,16 +40,23 @@ class SqlLeases(SqlClaims):
             return []
         request = ClaimRequest(names, limit, owner, lease, queues, keyed)
         sent = time.monotonic()
+        rows = self._claim_once(request)
+        if len(rows) < limit and self.view_is_stale():
+            # short on a view read a while ago: a queue may have got its first tasks
+            self.forget_queue_view()
+            rows += self._claim_once(dataclasses.replace(request, limit=limit - len(rows)))
+        self.faults.check("claim_answer")
+        return [self._claim(r, owner, sent) for r in rows]
+
+    def _claim_once(self, request: ClaimRequest) -> list[Any]:
         served = self._served(request)
         queue = self._open_queue(request, served) if served else None
         if queue is not None:  # one statement (PostgreSQL: no BEGIN/COMMIT round trips)
             rows = self._write_steps(self._open_steps(self._open_params(request, queue)))[-1]
             self._note_claimed(request, len(rows))
-        else:
-            with self._write() as conn:
-                rows = self._claim_rows(conn, request)
-        self.faults.check("claim_answer")
-        return [self._claim(r, owner, sent) for r in rows]
+            return rows
+        with self._write() as conn:
+            return self._claim_rows(conn, request)
 
     def claim_id(self, task_id: str, owner: str, lease: float) -> Claim | None:
         sent = time.monotonic()

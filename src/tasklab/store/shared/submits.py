@@ -16,15 +16,18 @@ from tasklab.core.models import (
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, TaskNotFound
 from tasklab.store.ids import new_event_id, new_task_id
-from tasklab.store.shared.core import SqlCore
+from tasklab.store.shared.claims import SqlClaims
 
 
-class SqlSubmits(SqlCore):
+class SqlSubmits(SqlClaims):
     """The `Submits` role."""
 
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
+        view = self._view
+        if view is not None and any(i.queue not in view.busy for i in items):
+            self.forget_queue_view()  # a queue with its first tasks: claims here see it
         if len(items) == 1:  # the common case, in one round trip where it can be
             item = items[0]
             params = self._insert_params(item)

@@ -173,7 +173,9 @@ UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
 SELECT v.name, v.paused, v.limited,
        EXISTS (SELECT 1 FROM tasks k
                WHERE k.queue = v.name AND k.state = 'queued'
-                 AND k.concurrency_limit IS NOT NULL) AS keyed
+                 AND k.concurrency_limit IS NOT NULL) AS keyed,
+       COALESCE((SELECT SUM(c.n) FROM task_counts c
+                 WHERE c.queue = v.name AND c.state = 'queued'), 0) > 0 AS busy
 FROM (SELECT c.queue AS name, false AS paused, false AS limited FROM task_counts c
       WHERE c.state = 'queued' AND c.queue NOT IN (SELECT name FROM queues)
       GROUP BY c.queue HAVING SUM(c.n) > 0

@@ -172,7 +172,9 @@ UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
 SELECT v.name, v.paused, v.limited,
        EXISTS (SELECT 1 FROM tasks k INDEXED BY tasks_keyed
                WHERE k.queue = v.name AND k.state = 'queued'
-                 AND k.concurrency_limit IS NOT NULL) AS keyed
+                 AND k.concurrency_limit IS NOT NULL) AS keyed,
+       COALESCE((SELECT c.n FROM task_counts c WHERE c.queue = v.name AND c.state = 'queued'), 0)
+           > 0 AS busy
 FROM (SELECT c.queue AS name, 0 AS paused, 0 AS limited FROM task_counts c
       WHERE c.state = 'queued' AND c.n > 0 AND c.queue NOT IN (SELECT name FROM queues)
       UNION ALL
