@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from tasklab.config import Settings
-from tasklab.controls import QueueControls
+from tasklab.controls import QueueControls, WaitControls
 from tasklab.core.models import (
     CancelOutcome,
     Claim,
@@ -53,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DB = "sqlite:///tasklab.db"
 
 
-class TaskApp(QueueControls):
+class TaskApp(QueueControls, WaitControls):
     """Register tasks, submit them, run them, ask what happened."""
 
     def __init__(

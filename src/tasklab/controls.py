@@ -5,18 +5,22 @@ for every worker on every machine and outlives the process that said it."""
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tasklab.core.models import JSON
+from tasklab.core.jsontext import dumps
+from tasklab.core.models import JSON, Page
 from tasklab.core.queueing import KEEP, Keep, check_concurrency, check_queue, parse_rate
 from tasklab.core.schedules import ScheduleDef
+from tasklab.errors import InvalidPayload
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
 
 F = TypeVar("F", bound=Callable[..., Any])
+_SIGNAL = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 class QueueControls:
@@ -129,3 +133,34 @@ class QueueControls:
     def schedules(self) -> builtins.list[dict[str, JSON]]:
         """Every stored schedule with its next tick and last task."""
         return self.engine.store.schedules()
+
+
+class WaitControls:
+    """The durable functions' side of the Python API (SPEC §8); mixed into `TaskApp`."""
+
+    engine: Engine
+
+    def signal(self, task_id: str, name: str, data: JSON = None) -> tuple[JSON, bool]:
+        """Send signal `name` to a task: recorded once per (task, name) — a second one
+        answers the first's data and False — and a task waiting for it runs again. A
+        task that has ended takes none (`TaskTerminal`, HTTP 409 `task_terminal`)."""
+        if not isinstance(name, str) or not _SIGNAL.fullmatch(name):
+            raise InvalidPayload(f"a signal name must match [A-Za-z0-9_.:-]{{1,100}}, got {name!r}")
+        try:
+            dumps(data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayload(f"signal data is not JSON: {exc}") from None
+        return self.engine.store.signal(task_id, name, data)
+
+    def signals(self, task_id: str) -> builtins.list[dict[str, JSON]]:
+        self.engine.store.get(task_id)  # TaskNotFound for an unknown id
+        return self.engine.store.signals(task_id)
+
+    def children(self, task_id: str, limit: int = 100, cursor: str | None = None) -> Page:
+        """The tasks this one spawned, newest first."""
+        return self.engine.store.children(task_id, limit, cursor)
+
+    def journal(self, task_id: str) -> builtins.list[dict[str, JSON]]:
+        """The task's steps, waits and effects as its journal holds them."""
+        self.engine.store.get(task_id)
+        return self.engine.store.journal(task_id)

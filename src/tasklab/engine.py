@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import itertools
 import logging
 import os
@@ -24,10 +25,11 @@ from typing import Any, Protocol
 from tasklab.config import Settings
 from tasklab.core.context import TaskContext
 from tasklab.core.ending import AttemptFacts, call_ending, outcome_of
-from tasklab.core.models import CancelOutcome, Claim, EffectRecord, Outcome, TaskSnapshot
+from tasklab.core.models import CancelOutcome, Claim, EffectRecord, NewTask, Outcome, TaskSnapshot
 from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.schedules import ScheduleDef
 from tasklab.core.states import CancelReason, State
+from tasklab.core.submitting import prepare
 from tasklab.errors import InvalidPayload, LeaseLost, SessionLost, TasklabError
 from tasklab.execution import Execution
 from tasklab.finisher import Finisher
@@ -109,12 +111,23 @@ class Engine:
             local = self.monitor.get(task_id)
             if local is not None:
                 local.request_stop(reason)
+        if out.request_accepted:  # its live children stop too (and theirs)
+            for child in self.store.live_children(task_id):
+                self.cancel(child, CancelReason.PARENT_CANCELLED)
         return out
 
     def store_schedule(self, spec: ScheduleDef) -> bool:
         """Store a schedule, keeping the progress of one stored with the same timing;
         a new one first ticks after the database's now."""
         return self.store.put_schedule(spec, spec.next_after(self.store.now()), keep=True)
+
+    def prepare_child(self, parent_id: str, task: str, payload: object, key: str) -> NewTask:
+        """A child task of `parent_id` (ctx.spawn): checked like any submit, with the
+        idempotency key `<parent>:<key>` so that a re-run answers the same child."""
+        item = prepare(
+            self.registry, task, payload, f"{parent_id}:{key}", None, data_dir=self.data_dir
+        )
+        return dataclasses.replace(item, parent_id=parent_id)
 
     def claim_filter(self) -> tuple[builtins.list[str], tuple[str, ...]]:
         """The leased task names this process runs, and those with a per-key limit."""
@@ -344,6 +357,12 @@ class _TxContextPort:
 
     def effect_done(self, key: str, result: Any) -> None:
         raise _no_effects()
+
+    def durable(self, op: str, **args: Any) -> Any:
+        raise InvalidPayload(
+            "steps, waits and spawns are for leased tasks: a transactional task runs in "
+            "one transaction, which cannot wait"
+        )
 
 
 def _no_effects() -> InvalidPayload:

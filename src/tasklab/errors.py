@@ -5,6 +5,7 @@
      ├── InvalidPayload               invalid_payload
      ├── IdempotencyConflict          idempotency_conflict
      ├── TaskNotFound                 not_found
+     ├── TaskTerminal                 task_terminal
      ├── QueueFull (+ BufferError)    queue_full
      ├── WorkerAlive                  worker_alive
      ├── LeaseLost                    lease_lost
@@ -54,6 +55,12 @@ class TaskNotFound(TasklabError):
     """Raised when a task id is unknown to the store."""
 
     code = "not_found"
+
+
+class TaskTerminal(TasklabError):
+    """Raised when a signal is sent to a task that has ended (nothing is recorded)."""
+
+    code = "task_terminal"
 
 
 class QueueFull(TasklabError, BufferError):

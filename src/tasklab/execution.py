@@ -17,18 +17,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.context import TaskContext
 from tasklab.core.ending import AttemptFacts, Ending, call_ending, outcome_of
-from tasklab.core.models import JSON, Claim, EffectRecord, Outcome
+from tasklab.core.models import JSON, Claim, EffectRecord, Outcome, iso
 from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import LeaseLost, SessionLost, TasklabError
-from tasklab.store.roles import Effects, Leases, TaskReads
+from tasklab.store.roles import Effects, Leases, TaskReads, Waits
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
 
 
-class _ExecutionStore(Leases, Effects, TaskReads, Protocol):
-    """The store roles used here: fenced writes, the effect journal, the stored events."""
+class _ExecutionStore(Leases, Effects, TaskReads, Waits, Protocol):
+    """The store roles used here: fenced writes, the effect journal, the stored events,
+    signals and spawns."""
 
 
 class StopFlag:
@@ -88,7 +89,12 @@ class Execution:
         # is treated as lost (a partition, a paused process) — see Settings.local_lease.
         renewed = max(claim.sent_at or self.started, engine.monitor.renewal_of(claim))
         self.deadline = renewed + engine.settings.local_lease
-        self._buf: list[list[Any]] = [["attempt", {"attempt": claim.attempt}]]
+        first = (
+            ["resumed", {"attempt": claim.attempt, "after": claim.resumed}]
+            if claim.resumed
+            else ["attempt", {"attempt": claim.attempt}]
+        )
+        self._buf: list[list[Any]] = [first]
         self._buf_bytes = 0
         self._buf_since: float | None = self.started
         self._buf_lock = threading.Lock()
@@ -181,6 +187,24 @@ class Execution:
 
     def effect_done(self, key: str, result: JSON) -> None:
         self._fenced(self.store.effect_done, self.claim, key, result)
+
+    def durable(self, op: str, **args: Any) -> Any:
+        """The durable methods' reads and the spawn (core/durable.py), JSON in and out
+        so that a process child's calls are forwarded as they are."""
+        if op == "now":
+            return iso(self.store.now())
+        if op == "signal_get":
+            found = self.store.signal_get(self.task_id, str(args["name"]))
+            return {"found": found is not None, "data": found[0] if found else None}
+        if op == "snapshots":
+            return [self.store.get(str(i)).to_json(payload=False) for i in args["ids"]]
+        if op == "spawn":
+            item = self.engine.prepare_child(
+                self.task_id, str(args["task"]), args["payload"], str(args["key"])
+            )
+            snap, _ = self._fenced(self.store.spawn, self.claim, item)
+            return snap.id
+        raise ValueError(f"unknown durable operation {op!r}")
 
     # ---- writes --------------------------------------------------------------------
     def _take(self) -> list[tuple[str, JSON]]:
@@ -295,6 +319,17 @@ class Execution:
         return None if outcome is None else self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> State | None:
+        if outcome.kind == "suspend" and outcome.wait is not None:  # streamed before it ends
+            wait = outcome.wait
+            self.add_event(
+                "waiting",
+                {
+                    "kind": wait["kind"],
+                    "until": wait["wake_at"],
+                    "signal": wait["name"],
+                    "children": wait["children"],
+                },
+            )
         with self._write_lock:
             if self.lost:
                 return None

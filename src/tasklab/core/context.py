@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tasklab.core.durable import DurableMethods
 from tasklab.core.jsontext import check_text, dumps
 from tasklab.core.models import JSON, EffectRecord
 from tasklab.errors import Cancelled, InvalidPayload
@@ -31,6 +32,7 @@ class ExecutionPort(Protocol):
     def effect_get(self, key: str) -> EffectRecord: ...
     def effect_start(self, key: str) -> None: ...
     def effect_done(self, key: str, result: JSON) -> None: ...
+    def durable(self, op: str, **args: Any) -> Any: ...
 
 
 @dataclass
@@ -55,11 +57,16 @@ class Effect:
         self._result_set = True
 
 
-class TaskContext:
-    """Passed as the first argument to every task function."""
+class TaskContext(DurableMethods):
+    """Passed as the first argument to every task function. The durable methods —
+    `step`, `sleep_until`, `sleep_for`, `wait_signal`, `join`, `spawn` — are in
+    core/durable.py."""
+
+    _port: ExecutionPort
 
     def __init__(self, port: ExecutionPort) -> None:
         self._port = port
+        self._waits = 0  # the waits reached in this run, in order (their journal keys)
 
     @property
     def task_id(self) -> str:

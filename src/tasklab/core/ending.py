@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tasklab.core.durable import StepUnknown, Suspend
 from tasklab.core.jsontext import dumps
 from tasklab.core.models import JSON, Outcome
 from tasklab.core.policy import Backoff, error_outcome, storable
@@ -36,7 +37,7 @@ def qualified(cls: type) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Ending:
-    kind: str  # "return" | "invalid_result" | "cancelled" | "lost" | "error"
+    kind: str  # return | invalid_result | cancelled | lost | error | suspend | step_unknown
     value: JSON = None
     encoded: str | None = None  # the value's JSON text, made once here
     message: str = ""
@@ -54,6 +55,10 @@ class Ending:
     def raised(exc: BaseException) -> Ending:
         if isinstance(exc, Cancelled):
             return Ending("cancelled")
+        if isinstance(exc, Suspend):
+            return Ending("suspend", exc.wait.to_wire())
+        if isinstance(exc, StepUnknown):
+            return Ending("step_unknown", message=storable(str(exc)))
         if isinstance(exc, LeaseLost):
             return Ending("lost")
         if isinstance(exc, Exception):
@@ -114,6 +119,10 @@ def outcome_of(ending: Ending, facts: AttemptFacts) -> Outcome | None:
         return Outcome.cancelled(facts.cancel_reason or CancelReason.USER)
     if ending.kind == "lost":
         return None
+    if ending.kind == "suspend":
+        return Outcome.suspended(dict(ending.value))
+    if ending.kind == "step_unknown":
+        return Outcome.failed(ErrorCode.OUTCOME_UNKNOWN, ending.message)
     names = set(ending.mro)
     return error_outcome(
         ending.message,

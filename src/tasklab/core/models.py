@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from tasklab._types import JSON as JSON  # re-exported: the models speak JSON
 from tasklab.core.jsontext import dumps
@@ -43,6 +44,8 @@ class TaskSnapshot:
     priority: int = 0
     concurrency_key: str | None = None
     unique_key: str | None = None
+    parent_id: str | None = None
+    wait: dict[str, JSON] | None = None  # while waiting: kind, name, children, wake_at
 
     @property
     def terminal(self) -> bool:
@@ -64,6 +67,8 @@ class TaskSnapshot:
             "priority": self.priority,
             "concurrency_key": self.concurrency_key,
             "unique_key": self.unique_key,
+            "parent_id": self.parent_id,
+            "wait": self.wait,
             "run_after": iso(self.run_after),
             "created_at": iso(self.created_at),
             "started_at": iso(self.started_at),
@@ -137,6 +142,7 @@ class Claim:
     # this process's monotonic clock when the claiming statement was sent: the lease
     # cannot have started earlier, so the local lease deadline counts from here
     sent_at: float = 0.0
+    resumed: str | None = None  # the kind of wait this run resumes (sleep, signal, join)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,7 @@ class NewTask:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None  # the task's per-key limit, with a key only
     unique_key: str | None = None
+    parent_id: str | None = None  # spawned by that task (ctx.spawn)
 
     def payload_text(self) -> str:
         return self.payload_json if self.payload_json is not None else dumps(self.payload)
@@ -188,6 +195,7 @@ class Outcome:
     reason: CancelReason | None = None
     retry_delay: float = 0.0
     encoded: str | None = None  # the result's stored JSON text, when already made
+    wait: dict[str, Any] | None = None  # "suspend": what the task waits for (Wait.to_wire)
 
     @staticmethod
     def returned(result: JSON, encoded: str | None = None) -> Outcome:
@@ -200,6 +208,10 @@ class Outcome:
     @staticmethod
     def cancelled(reason: CancelReason) -> Outcome:
         return Outcome("cancel", reason=reason)
+
+    @staticmethod
+    def suspended(wait: dict[str, Any]) -> Outcome:
+        return Outcome("suspend", wait=wait)
 
     @staticmethod
     def retry(code: ErrorCode, message: str, delay: float) -> Outcome:

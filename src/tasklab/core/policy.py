@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from tasklab.core.jsontext import check_text
 from tasklab.core.models import ErrorInfo, Expired, Outcome
@@ -90,6 +91,7 @@ class Settlement:
     encoded: str | None = None  # the result's JSON text, if the outcome carried it
     reason: CancelReason | None = None
     delay: float = 0.0
+    wait: dict[str, Any] | None = None  # WAITING: what for (Wait.to_wire)
 
 
 def settle(current: State, outcome: Outcome) -> Settlement:
@@ -104,6 +106,9 @@ def settle(current: State, outcome: Outcome) -> Settlement:
         if new is State.SUCCEEDED:
             return Settlement(new, result=outcome.result, encoded=outcome.encoded)
         return Settlement(new)
+    if outcome.kind == "suspend":
+        new = next_state(current, Transition.SUSPEND)
+        return Settlement(new, wait=outcome.wait if new is State.WAITING else None)
     if outcome.kind == "cancel":
         return Settlement(next_state(current, Transition.CHECKPOINT_CANCEL), reason=outcome.reason)
     if outcome.kind == "retry" and allowed(current, Transition.RETRY):

@@ -15,6 +15,7 @@ class State(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     CANCEL_REQUESTED = "cancel_requested"
+    WAITING = "waiting"  # suspended: for a time, a signal or children; no lease, no slot
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -38,6 +39,7 @@ class CancelReason(StrEnum):
     CLIENT_DISCONNECTED = "client_disconnected"
     SHUTDOWN = "shutdown"
     DEADLINE = "deadline"
+    PARENT_CANCELLED = "parent_cancelled"
 
 
 class ErrorCode(StrEnum):
@@ -57,9 +59,12 @@ class Transition(StrEnum):
     FAIL = "fail"  # raised, invalid result, terminated, outcome unknown
     CHECKPOINT_CANCEL = "checkpoint_cancel"  # reached a checkpoint with a cancel pending
     DEADLINE = "deadline"
+    SUSPEND = "suspend"  # ctx.sleep_for / wait_signal / join: the execution ends into a wait
+    RESUME = "resume"  # the time came, the signal arrived, the children ended
 
 
 _Q, _R, _C = State.QUEUED, State.RUNNING, State.CANCEL_REQUESTED
+_W = State.WAITING
 
 # (from, transition) -> to.  `None` as from means "no task yet".
 TABLE: dict[tuple[State | None, Transition], State] = {
@@ -77,6 +82,10 @@ TABLE: dict[tuple[State | None, Transition], State] = {
     (_R, Transition.RETRY): _Q,
     (_R, Transition.FAIL): State.FAILED,
     (_C, Transition.FAIL): State.FAILED,
+    (_R, Transition.SUSPEND): _W,  # fenced, with the wait's journal record
+    (_C, Transition.SUSPEND): State.CANCELLED,  # a stop was asked: the wait ends it
+    (_W, Transition.RESUME): _Q,  # not an attempt: attempt went back at the suspend
+    (_W, Transition.CANCEL): State.CANCELLED,  # at once: no code is running
 }
 
 

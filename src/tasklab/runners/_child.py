@@ -22,7 +22,7 @@ from typing import Any
 from tasklab.core.context import TaskContext
 from tasklab.core.ending import call_ending
 from tasklab.core.models import EffectRecord
-from tasklab.errors import LeaseLost
+from tasklab.errors import InvalidPayload, LeaseLost
 from tasklab.runners.async_context import AsyncTaskContext
 
 
@@ -84,6 +84,12 @@ class ChildPort:
 
     def effect_done(self, key: str, result: Any) -> None:
         self._call("effect_done", key=key, result=result)
+
+    def durable(self, op: str, **args: Any) -> Any:
+        reply = self._call("durable", op=op, args=args)
+        if "error" in reply:
+            raise InvalidPayload(reply["error"])
+        return reply["value"]
 
 
 def _resolve(qualified: str) -> Any:

@@ -28,7 +28,7 @@ from tasklab.core.models import Claim, Expired, Outcome
 from tasklab.core.policy import expiry_outcome
 from tasklab.core.registry import TaskDef
 from tasklab.core.states import ErrorCode, State
-from tasklab.errors import LeaseLost
+from tasklab.errors import LeaseLost, TasklabError
 from tasklab.execution import Execution
 from tasklab.runners.base import BaseRunner
 
@@ -252,9 +252,13 @@ class ProcessTaskRunner(BaseRunner):
                 ex.effect_done(msg["key"], msg["result"])
             elif msg["name"] == "heartbeat":
                 ex.heartbeat()
+            elif msg["name"] == "durable":
+                return {"op": "reply", "value": ex.durable(msg["op"], **msg["args"])}
             return {"op": "reply"}
         except LeaseLost as exc:
             return {"op": "reply", "lost": str(exc)}
+        except TasklabError as exc:  # a bad spawn, a child id unknown: the task's to see
+            return {"op": "reply", "error": str(exc)}
 
     def _died(self, ex: Execution) -> Outcome:
         """The child vanished mid-task: we know as little as after a lost lease."""

@@ -22,11 +22,12 @@ from tasklab.store.roles import (
     Signals,
     Submits,
     TaskReads,
+    Waits,
 )
 
 # What `Store.prune` deletes, table by table, in this order (deliveries are found
 # through the outbox, so before it).
-PRUNED = ("events", "effects", "deliveries", "outbox", "tasks")
+PRUNED = ("events", "effects", "signals", "deliveries", "outbox", "tasks")
 
 
 class Store(
@@ -35,6 +36,7 @@ class Store(
     Leases,
     Queues,
     Schedules,
+    Waits,
     Effects,
     Recovery,
     Outbox,

@@ -185,7 +185,10 @@ class PostgresStore(SqlStore):
         return {"tasks": [t for t, _ in pairs], "keys": [k for _, k in pairs]}
 
     def _open_steps(self, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        return [("claim_next", params)]  # tasklab_claim promotes due tasks itself
+        return [("claim_next", params)]  # tasklab_claim runs the stager itself
+
+    def _stager_steps(self) -> list[tuple[str, dict[str, Any]]]:
+        return [("promote_due", {})]  # tasklab_promote: delayed and waiting tasks both
 
     # ---- liveness ------------------------------------------------------------------
     def _hold_presence(self) -> _Presence:

@@ -13,11 +13,13 @@ from tasklab.store.shared.recovery import SqlRecovery
 from tasklab.store.shared.retention import SqlRetention
 from tasklab.store.shared.schedules import SqlSchedules
 from tasklab.store.shared.submits import SqlSubmits
+from tasklab.store.shared.waits import SqlWaits
 
 __all__ = ["SqlCore", "SqlStore", "lease_lost"]
 
 
 class SqlStore(
+    SqlWaits,
     SqlSubmits,
     SqlReads,
     SqlLeases,

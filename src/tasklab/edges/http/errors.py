@@ -12,11 +12,13 @@ from tasklab.errors import (
     ShuttingDown,
     TasklabError,
     TaskNotFound,
+    TaskTerminal,
     UnknownTask,
 )
 
 STATUS: list[tuple[type[TasklabError], int]] = [
     (TaskNotFound, 404),
+    (TaskTerminal, 409),
     (IdempotencyConflict, 409),
     (InvalidPayload, 422),
     (UnknownTask, 422),

@@ -180,10 +180,26 @@ class SqlClaims(SqlCore):
             "lease": r.lease,
         }
 
+    def _stager_steps(self) -> list[tuple[str, dict[str, Any]]]:
+        """Before a claim: delayed tasks come due, waiting tasks whose time came are
+        queued again (a dialect may do both in one statement)."""
+        return [("promote_due", {"limit": PROMOTE_BATCH}), ("wake_due", {"limit": PROMOTE_BATCH})]
+
+    def _stage(self) -> int:
+        """Run the stager alone (no queue is busy, but delayed or waiting tasks may
+        have come due); how many tasks it made claimable."""
+        with self._write() as conn:
+            moved = 0
+            for query, params in self._stager_steps():
+                cur = self._x(conn, query, **params)
+                rows = cur.fetchall() if cur.description is not None else []
+                moved += int(rows[0]["moved"] or 0) if rows else max(cur.rowcount, 0)
+        return moved
+
     def _open_steps(self, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """The statements of an open claim, the claim last (a dialect whose claim
-        statement does not promote due tasks itself runs `promote_due` first)."""
-        return [("promote_due", {"limit": PROMOTE_BATCH}), ("claim_next", params)]
+        statement does not run the stager itself runs it first)."""
+        return [*self._stager_steps(), ("claim_next", params)]
 
     def _note_claimed(self, r: ClaimRequest, got: int) -> None:
         if got < r.limit:
@@ -204,7 +220,8 @@ class SqlClaims(SqlCore):
         return rows
 
     def _claim_limited(self, conn: Any, r: ClaimRequest, served: list[str]) -> list[Row]:
-        self._x(conn, "promote_due", limit=PROMOTE_BATCH)
+        for query, params in self._stager_steps():
+            self._x(conn, query, **params)
         keys = [lock_key("queue", q) for q in served] + [lock_key("keys", n) for n in r.keyed]
         self._claim_locks(conn, sorted(set(keys)))
         settings = {

@@ -23,6 +23,7 @@ from tasklab.core.models import (
     Claim,
     ErrorInfo,
     TaskSnapshot,
+    iso,
 )
 from tasklab.core.policy import Settlement
 from tasklab.core.states import CancelReason, State
@@ -146,6 +147,8 @@ class SqlCore(ABC):
             priority=row["priority"],
             concurrency_key=row["concurrency_key"],
             unique_key=row["unique_key"],
+            parent_id=row["parent_id"],
+            wait=_wait_of(row, self._dt) if state is State.WAITING else None,
         )
 
     def _claim(self, row: Row, owner: str, sent_at: float) -> Claim:
@@ -158,6 +161,7 @@ class SqlCore(ABC):
             max_attempts=row["max_attempts"],
             owner=owner,
             sent_at=sent_at,
+            resumed=row["wait_kind"],
         )
 
     # ---- fencing and settling -------------------------------------------------------
@@ -242,6 +246,16 @@ class SqlCore(ABC):
 
     def bump(self, name: str, n: int = 1) -> None:
         self._write_steps([("bump_counter", {"name": name, "n": n})])
+
+
+def _wait_of(row: Row, dt: Any) -> dict[str, Any]:
+    """What a waiting task waits for, as its snapshot shows it."""
+    return {
+        "kind": row["wait_kind"],
+        "signal": row["wait_name"],
+        "children": json.loads(row["wait_ids"]) if row["wait_ids"] else [],
+        "until": iso(dt(row["wake_at"])),
+    }
 
 
 def lease_lost(claim: Claim) -> LeaseLost:

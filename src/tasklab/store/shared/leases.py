@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import datetime
 from typing import Any
 
 from tasklab._types import PendingEvent
+from tasklab.core.jsontext import dumps
 from tasklab.core.models import (
     Claim,
     ClaimRequest,
@@ -50,6 +52,9 @@ class SqlLeases(SqlClaims):
 
     def _claim_once(self, request: ClaimRequest) -> list[Any]:
         served = self._served(request)
+        if not served and self._stage():  # tasks came due: their queues are busy now
+            self.forget_queue_view()
+            served = self._served(request)
         queue = self._open_queue(request, served) if served else None
         if queue is not None:  # one statement (PostgreSQL: no BEGIN/COMMIT round trips)
             rows = self._write_steps(self._open_steps(self._open_params(request, queue)))[-1]
@@ -139,6 +144,10 @@ class SqlLeases(SqlClaims):
         commit, so the settlements cannot miss)."""
         if len(items) == 1:
             return self._finish_one(conn, *items[0])
+        # a suspend takes its task's lock before the fence takes the row (a signal
+        # takes them in that order too)
+        for task_id in sorted(c.task_id for c, o, _ in items if o.kind == "suspend"):
+            self._x(conn, "task_lock", task_id=task_id)
         results: list[State | LeaseLost] = []
         events: list[dict[str, Any]] = []
         settles: list[dict[str, Any]] = []
@@ -154,6 +163,9 @@ class SqlLeases(SqlClaims):
             events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
             current = State(row["state"])
             settled = settle(current, outcome)
+            if settled.state is State.WAITING:
+                results.append(self._suspend(conn, claim, settled.wait or {}))
+                continue
             settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
             if settled.state.terminal:
                 outbox.append({"event_id": new_event_id(), "task_id": claim.task_id})
@@ -170,13 +182,43 @@ class SqlLeases(SqlClaims):
     def _finish_one(
         self, conn: Any, claim: Claim, outcome: Outcome, events: list[PendingEvent]
     ) -> list[State | LeaseLost]:
+        if outcome.kind == "suspend":
+            self._x(conn, "task_lock", task_id=claim.task_id)
         row = self._fence(conn, claim, events)
         if row is None:
             return [lease_lost(claim)]
         current = State(row["state"])
         settled = settle(current, outcome)
+        if settled.state is State.WAITING:
+            return [self._suspend(conn, claim, settled.wait or {})]
         self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
         return [settled.state]
+
+    def _suspend(self, conn: Any, claim: Claim, wait: dict[str, Any]) -> State:
+        """End a fenced execution into its wait, with the wait's journal record, under
+        the task's lock (taken before the fence): `waiting`, or `queued` at once when
+        what it waits for came meanwhile (a signal, the children's ends, the time)."""
+        self._x(
+            conn,
+            "journal_wait",
+            task_id=claim.task_id,
+            key=wait["key"],
+            result=dumps(wait.get("record") or {}),
+            attempt=claim.attempt,
+        )
+        wake = wait.get("wake_at")
+        row = self._one(
+            conn,
+            "suspend",
+            id=claim.task_id,
+            epoch=claim.epoch,
+            kind=wait["kind"],
+            name=wait.get("name"),
+            ids=dumps(wait["children"]) if wait.get("children") else None,
+            wake_at=self._time_param(_parse_time(wake)) if wake else None,
+        )
+        assert row is not None  # fenced in this transaction, the row is held
+        return State(row["state"])
 
     def release(self, claim: Claim) -> bool:
         with self._write() as conn:
@@ -190,3 +232,7 @@ class SqlLeases(SqlClaims):
             if ids:
                 self._x(conn, "bump_counter", name="lost_claims_released", n=len(ids))
         return ids
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

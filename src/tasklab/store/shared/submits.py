@@ -64,6 +64,7 @@ class SqlSubmits(SqlClaims):
             "concurrency_key": item.concurrency_key,
             "concurrency_limit": item.concurrency_limit,
             "unique_key": item.unique_key,
+            "parent_id": item.parent_id,
         }
 
     def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:
@@ -90,6 +91,7 @@ class SqlSubmits(SqlClaims):
             priority=item.priority,
             concurrency_key=item.concurrency_key,
             unique_key=item.unique_key,
+            parent_id=item.parent_id,
         )
 
     def _insert_many(self, conn: Any, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:

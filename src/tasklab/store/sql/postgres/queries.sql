@@ -29,7 +29,7 @@ SELECT clock_timestamp() AS now;
 -- key, inserts nothing. run_after: :run_at, or now plus :delay seconds.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, idempotency_key, run_after, created_at, queue, priority,
-                   delayed, concurrency_key, concurrency_limit, unique_key)
+                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
         COALESCE(CAST(:run_at AS TIMESTAMPTZ),
@@ -38,7 +38,7 @@ VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bou
         COALESCE(CAST(:run_at AS TIMESTAMPTZ) > clock_timestamp(),
                  COALESCE(CAST(:delay AS DOUBLE PRECISION), 0) > 0),
         CAST(:concurrency_key AS TEXT), CAST(:concurrency_limit AS INTEGER),
-        CAST(:unique_key AS TEXT))
+        CAST(:unique_key AS TEXT), CAST(:parent_id AS TEXT))
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
@@ -112,9 +112,10 @@ SELECT state, COUNT(*) AS n FROM tasks WHERE state <> 'queued' GROUP BY state;
 SELECT id, state FROM tasks WHERE id = ANY(:ids);
 
 -- name: cancel_queued
--- queued -> cancelled, terminal at once.
-UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = clock_timestamp()
-WHERE id = :id AND state = 'queued';
+-- queued or waiting -> cancelled, terminal at once (no code is running).
+UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = clock_timestamp(),
+    wake_at = NULL
+WHERE id = :id AND state IN ('queued', 'waiting');
 
 -- name: cancel_running
 -- running -> cancel_requested; the executor sees it at its next checkpoint.
@@ -122,8 +123,9 @@ UPDATE tasks SET state = 'cancel_requested', cancel_reason = :reason
 WHERE id = :id AND state = 'running';
 
 -- name: promote_due
--- Delayed tasks whose time has come become claimable (tasklab_promote, schema 8).
-SELECT tasklab_promote();
+-- Delayed tasks whose time has come become claimable, waiting tasks whose sleep or
+-- timeout ended are queued again (tasklab_promote, schema 9).
+SELECT tasklab_promote() AS moved;
 
 -- name: claim_next
 -- Claim up to :limit runnable tasks of one open, unlimited queue and the given names
@@ -146,7 +148,7 @@ UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
     started_at = clock_timestamp(), error_code = NULL, error_message = NULL
 WHERE id = ANY(:ids) AND state = 'queued'
-RETURNING id, task, payload, epoch, attempt, max_attempts;
+RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
 
 -- name: queue_limits
 -- The settings of the given queues, with their live tasks (from the counters) and the
@@ -188,7 +190,7 @@ UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
     started_at = clock_timestamp(), error_code = NULL, error_message = NULL
 WHERE id = :id AND state = 'queued'
-RETURNING id, task, payload, epoch, attempt, max_attempts;
+RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
 
 -- name: queued_ids
 -- Runnable task ids of the given names in the given queues, in claim order within
@@ -199,9 +201,14 @@ WHERE queue = ANY(:queues) AND state = 'queued' AND NOT delayed AND task = ANY(:
 ORDER BY queue, priority DESC, run_after, id LIMIT :limit;
 
 -- name: next_run_after
--- Seconds until the earliest delayed task of the given names becomes runnable.
-SELECT EXTRACT(EPOCH FROM MIN(run_after) - clock_timestamp()) AS wait FROM tasks
-WHERE state = 'queued' AND delayed AND task = ANY(:names);
+-- Seconds until the earliest delayed task of the given names becomes runnable, or a
+-- waiting one wakes (its sleep or timeout ends).
+SELECT EXTRACT(EPOCH FROM MIN(t) - clock_timestamp()) AS wait FROM (
+    SELECT MIN(run_after) AS t FROM tasks
+    WHERE state = 'queued' AND delayed AND task = ANY(:names)
+    UNION ALL
+    SELECT MIN(wake_at) FROM tasks
+    WHERE state = 'waiting' AND wake_at IS NOT NULL AND task = ANY(:names)) AS due;
 
 -- name: fence
 -- The fencing check (claimed epoch, live state, unexpired lease by the database
@@ -246,7 +253,8 @@ UPDATE tasks SET state = :state, result = CAST(:result AS TEXT),
     cancel_reason = COALESCE(cancel_reason, CAST(:reason AS TEXT)),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0)
+    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0),
+    wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: finish_batch
@@ -256,7 +264,8 @@ UPDATE tasks t SET state = v.state, result = v.result, error_code = v.error_code
     error_message = v.error_message, cancel_reason = COALESCE(t.cancel_reason, v.reason),
     finished_at = CASE WHEN v.terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => v.delay), delayed = (v.delay > 0)
+    run_after = clock_timestamp() + make_interval(secs => v.delay), delayed = (v.delay > 0),
+    wait_kind = NULL
 FROM unnest(CAST(:id AS TEXT[]), CAST(:epoch AS BIGINT[]), CAST(:from_state AS TEXT[]),
             CAST(:state AS TEXT[]), CAST(:result AS TEXT[]), CAST(:error_code AS TEXT[]),
             CAST(:error_message AS TEXT[]), CAST(:reason AS TEXT[]),
@@ -306,7 +315,8 @@ UPDATE tasks SET state = :state, error_code = CAST(:error_code AS TEXT),
     error_message = CAST(:error_message AS TEXT),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0)
+    run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0),
+    wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= clock_timestamp());
 
@@ -551,3 +561,72 @@ FROM unnest(CAST(:name AS TEXT[]), CAST(:from_tick AS TIMESTAMPTZ[]),
             CAST(:next_tick AS TIMESTAMPTZ[]), CAST(:last_tick AS TIMESTAMPTZ[]),
             CAST(:last_task_id AS TEXT[])) AS v(name, from_tick, next_tick, last_tick, last_task_id)
 WHERE s.name = v.name AND s.next_tick = v.from_tick;
+
+-- name: suspend
+-- End an execution into a wait, fenced (the caller fenced it in this transaction and
+-- holds the task's advisory lock): 'waiting' with what it waits for — or at once
+-- 'queued' when that already came. Not an attempt: attempt goes back.
+UPDATE tasks SET
+    state = CASE WHEN (:kind = 'signal' AND EXISTS (SELECT 1 FROM signals s
+                                                   WHERE s.task_id = :id AND s.name = :name))
+                   OR (:kind = 'join' AND NOT EXISTS (
+                         SELECT 1 FROM jsonb_array_elements_text(CAST(:ids AS jsonb)) AS j(cid)
+                         JOIN tasks c ON c.id = j.cid
+                         WHERE c.state NOT IN ('succeeded', 'failed', 'cancelled')))
+                   OR (CAST(:wake_at AS TIMESTAMPTZ) IS NOT NULL
+                       AND CAST(:wake_at AS TIMESTAMPTZ) <= clock_timestamp())
+                 THEN 'queued' ELSE 'waiting' END,
+    attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = false,
+    run_after = clock_timestamp(), wait_kind = :kind, wait_name = CAST(:name AS TEXT),
+    wait_ids = CAST(:ids AS TEXT), wake_at = CAST(:wake_at AS TIMESTAMPTZ)
+WHERE id = :id AND epoch = :epoch AND state = 'running'
+RETURNING state;
+
+-- name: journal_wait
+-- A wait's journal record, the first time it is reached (later runs keep the first).
+INSERT INTO effects (task_id, key, status, result, attempt, started_at)
+VALUES (:task_id, :key, 'wait', :result, :attempt, clock_timestamp())
+ON CONFLICT (task_id, key) DO NOTHING;
+
+-- name: signal_insert
+-- Record a signal once per (task, name); answers it only when new.
+INSERT INTO signals (task_id, name, data, created_at)
+VALUES (:task_id, :name, :data, clock_timestamp())
+ON CONFLICT (task_id, name) DO NOTHING RETURNING data;
+
+-- name: signal_get
+-- One signal.
+SELECT data FROM signals WHERE task_id = :task_id AND name = :name;
+
+-- name: signals_of
+-- Every signal of a task, oldest first.
+SELECT name, data, created_at FROM signals WHERE task_id = :task_id ORDER BY created_at, name;
+
+-- name: signal_wake
+-- A task waiting for this signal is queued again.
+UPDATE tasks SET state = 'queued', delayed = false, run_after = clock_timestamp(), wake_at = NULL
+WHERE id = :task_id AND state = 'waiting' AND wait_kind = 'signal' AND wait_name = :name;
+
+-- name: task_lock
+-- Serialise a task's suspend with its signals and its children's ends (until commit).
+SELECT pg_advisory_xact_lock(hashtextextended('tasklab.task:' || :task_id, 0));
+
+-- name: list_children
+-- A page of a task's children, newest first.
+SELECT * FROM tasks
+WHERE parent_id = :parent AND (CAST(:cursor AS TEXT) IS NULL OR id < :cursor)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: live_children
+-- The ids of a task's children that are not terminal.
+SELECT id FROM tasks
+WHERE parent_id = :parent AND state NOT IN ('succeeded', 'failed', 'cancelled');
+
+-- name: journal_of
+-- A task's effect journal: steps, waits and effects, in the order they began.
+SELECT key, status, result, attempt, started_at, done_at FROM effects
+WHERE task_id = :task_id ORDER BY started_at, key;
+
+-- name: prune_signals
+-- The signals of pruned tasks.
+DELETE FROM signals WHERE task_id = ANY(:ids);

@@ -20,13 +20,13 @@ SELECT julianday('now') AS now;
 -- value within a statement, so an undelayed task is not `delayed`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, idempotency_key, run_after, created_at, queue, priority,
-                   delayed, concurrency_key, concurrency_limit, unique_key)
+                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         :timeout, :idempotency_key,
         COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0), julianday('now'),
         :queue, :priority,
         COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0) > julianday('now'),
-        :concurrency_key, :concurrency_limit, :unique_key)
+        :concurrency_key, :concurrency_limit, :unique_key, :parent_id)
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
@@ -96,9 +96,10 @@ WHERE state <> 'queued' GROUP BY state;
 SELECT id, state FROM tasks WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: cancel_queued
--- queued -> cancelled, terminal at once.
-UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = julianday('now')
-WHERE id = :id AND state = 'queued';
+-- queued or waiting -> cancelled, terminal at once (no code is running).
+UPDATE tasks SET state = 'cancelled', cancel_reason = :reason, finished_at = julianday('now'),
+    wake_at = NULL
+WHERE id = :id AND state IN ('queued', 'waiting');
 
 -- name: cancel_running
 -- running -> cancel_requested; the executor sees it at its next checkpoint.
@@ -111,6 +112,13 @@ UPDATE tasks SET delayed = 0
 WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_delayed
              WHERE state = 'queued' AND delayed = 1 AND run_after <= julianday('now')
              ORDER BY run_after LIMIT :limit);
+
+-- name: wake_due
+-- Waiting tasks whose sleep or timeout has ended are queued again (at most :limit).
+UPDATE tasks SET state = 'queued', delayed = 0, run_after = julianday('now'), wake_at = NULL
+WHERE id IN (SELECT id FROM tasks INDEXED BY tasks_waking
+             WHERE state = 'waiting' AND wake_at IS NOT NULL AND wake_at <= julianday('now')
+             ORDER BY wake_at LIMIT :limit);
 
 -- name: claim_next
 -- Claim up to :limit runnable tasks of one open, unlimited queue and the given names
@@ -129,7 +137,7 @@ WHERE id IN (
                       WHERE name = :queue
                         AND (paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
     ORDER BY priority DESC, run_after, id LIMIT :limit)
-RETURNING id, task, payload, epoch, attempt, max_attempts;
+RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
 
 -- name: claim_candidates
 -- The first :limit runnable tasks of one queue in claim order, for a limited claim to
@@ -146,7 +154,7 @@ UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
     started_at = julianday('now'), error_code = NULL, error_message = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'queued'
-RETURNING id, task, payload, epoch, attempt, max_attempts;
+RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
 
 -- name: queue_limits
 -- The settings of the given queues (JSON array), with their live tasks (from the
@@ -186,7 +194,7 @@ UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
     lease_owner = :owner, lease_until = julianday('now') + :lease / 86400.0,
     started_at = julianday('now'), error_code = NULL, error_message = NULL
 WHERE id = :id AND state = 'queued'
-RETURNING id, task, payload, epoch, attempt, max_attempts;
+RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
 
 -- name: queued_ids
 -- Runnable task ids of the given names in the given queues (JSON arrays), in claim
@@ -198,9 +206,15 @@ WHERE queue IN (SELECT value FROM json_each(:queues)) AND state = 'queued' AND d
 ORDER BY queue, priority DESC, run_after, id LIMIT :limit;
 
 -- name: next_run_after
--- Seconds until the earliest delayed task of the given names becomes runnable.
-SELECT (MIN(run_after) - julianday('now')) * 86400.0 AS wait FROM tasks INDEXED BY tasks_delayed
-WHERE state = 'queued' AND delayed = 1 AND task IN (SELECT value FROM json_each(:names));
+-- Seconds until the earliest delayed task of the given names becomes runnable, or a
+-- waiting one wakes (its sleep or timeout ends).
+SELECT (MIN(t) - julianday('now')) * 86400.0 AS wait FROM (
+    SELECT MIN(run_after) AS t FROM tasks INDEXED BY tasks_delayed
+    WHERE state = 'queued' AND delayed = 1 AND task IN (SELECT value FROM json_each(:names))
+    UNION ALL
+    SELECT MIN(wake_at) FROM tasks INDEXED BY tasks_waking
+    WHERE state = 'waiting' AND wake_at IS NOT NULL
+      AND task IN (SELECT value FROM json_each(:names)));
 
 -- name: fence
 -- The fencing check: the claimed epoch, a live state and an unexpired lease, by the
@@ -241,7 +255,7 @@ UPDATE tasks SET state = :state, result = :result, error_code = :error_code,
     error_message = :error_message, cancel_reason = COALESCE(cancel_reason, :reason),
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0)
+    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0), wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: release
@@ -279,7 +293,7 @@ WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit;
 UPDATE tasks SET state = :state, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0)
+    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0), wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= julianday('now'));
 
@@ -483,3 +497,72 @@ WHERE s.next_tick <= julianday('now') ORDER BY s.next_tick LIMIT :limit;
 UPDATE schedules SET next_tick = :next_tick,
     last_tick = COALESCE(:last_tick, last_tick), last_task_id = COALESCE(:last_task_id, last_task_id)
 WHERE name = :name AND next_tick = :from_tick;
+
+-- name: suspend
+-- End an execution into a wait, fenced (the caller fenced it in this transaction):
+-- 'waiting' with what it waits for — or at once 'queued' when that already came (a
+-- signal sent, every child ended, the time reached). Not an attempt: attempt goes back.
+UPDATE tasks SET
+    state = CASE WHEN (:kind = 'signal' AND EXISTS (SELECT 1 FROM signals s
+                                                   WHERE s.task_id = :id AND s.name = :name))
+                   OR (:kind = 'join' AND NOT EXISTS (
+                         SELECT 1 FROM json_each(:ids) j JOIN tasks c ON c.id = j.value
+                         WHERE c.state NOT IN ('succeeded', 'failed', 'cancelled')))
+                   OR (:wake_at IS NOT NULL AND :wake_at <= julianday('now'))
+                 THEN 'queued' ELSE 'waiting' END,
+    attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = 0,
+    run_after = julianday('now'), wait_kind = :kind, wait_name = :name, wait_ids = :ids,
+    wake_at = :wake_at
+WHERE id = :id AND epoch = :epoch AND state = 'running'
+RETURNING state;
+
+-- name: journal_wait
+-- A wait's journal record, the first time it is reached (later runs keep the first:
+-- a resumed sleep ends when it was first due).
+INSERT INTO effects (task_id, key, status, result, attempt, started_at)
+VALUES (:task_id, :key, 'wait', :result, :attempt, julianday('now'))
+ON CONFLICT (task_id, key) DO NOTHING;
+
+-- name: signal_insert
+-- Record a signal once per (task, name); answers it only when new.
+INSERT INTO signals (task_id, name, data, created_at)
+VALUES (:task_id, :name, :data, julianday('now'))
+ON CONFLICT (task_id, name) DO NOTHING RETURNING data;
+
+-- name: signal_get
+-- One signal.
+SELECT data FROM signals WHERE task_id = :task_id AND name = :name;
+
+-- name: signals_of
+-- Every signal of a task, oldest first.
+SELECT name, data, created_at FROM signals WHERE task_id = :task_id ORDER BY created_at, name;
+
+-- name: signal_wake
+-- A task waiting for this signal is queued again.
+UPDATE tasks SET state = 'queued', delayed = 0, run_after = julianday('now'), wake_at = NULL
+WHERE id = :task_id AND state = 'waiting' AND wait_kind = 'signal' AND wait_name = :name;
+
+-- name: task_lock
+-- Serialise a task's suspend with its signals and children's ends (SQLite: the write
+-- lock does already).
+SELECT 1;
+
+-- name: list_children
+-- A page of a task's children, newest first.
+SELECT * FROM tasks INDEXED BY tasks_children
+WHERE parent_id = :parent AND (:cursor IS NULL OR id < :cursor)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: live_children
+-- The ids of a task's children that are not terminal.
+SELECT id FROM tasks INDEXED BY tasks_children
+WHERE parent_id = :parent AND state NOT IN ('succeeded', 'failed', 'cancelled');
+
+-- name: journal_of
+-- A task's effect journal: steps, waits and effects, in the order they began.
+SELECT key, status, result, attempt, started_at, done_at FROM effects
+WHERE task_id = :task_id ORDER BY started_at, key;
+
+-- name: prune_signals
+-- The signals of pruned tasks.
+DELETE FROM signals WHERE task_id IN (SELECT value FROM json_each(:ids));
