@@ -59,6 +59,9 @@ def _old_rows(old, kind, with_task_column):
                 f" {run_after}, {now}, {now if attempt else 'NULL'},"
                 f" {now if state == 'succeeded' else 'NULL'})"
             )
+        if with_task_column:  # a schema with delays flags a delayed task as it is made
+            true = 1 if kind == "sqlite" else "true"
+            conn.execute(f"UPDATE tasks SET delayed = {true} WHERE id = 'h1'")
         conn.execute(
             "INSERT INTO events (task_id, seq, attempt, type, data, at) VALUES"
             f" ('d1', 1, 1, 'progress', '{{\"p\": 1}}', {now})"

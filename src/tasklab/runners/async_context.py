@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from tasklab.core.context import Effect, TaskContext
@@ -83,6 +85,49 @@ class AsyncTaskContext:
         handle = await self._to_thread(self._ctx.effect_open, key)
         yield handle
         await self._to_thread(self._ctx.effect_close, handle)
+
+    # ---- durable functions (core/durable.py): the same logic, database calls off the loop
+    async def step(
+        self, name: str, fn: Callable[..., Any], /, *args: Any, retry_safe: bool = False
+    ) -> Any:
+        """`TaskContext.step`; `fn` may be a coroutine function."""
+        ctx = self._ctx
+        key = ctx._step_key(name)
+        record = await self._to_thread(ctx._port.effect_get, key)
+        if record.status == "done":
+            return record.result
+        if record.status == "started" and not retry_safe:
+            await self._to_thread(ctx.step, name, fn, *args)  # raises StepUnknown
+        await self._to_thread(ctx._port.effect_start, key)
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = await value
+        return await self._to_thread(ctx.step_done, key, value)
+
+    async def sleep_until(self, at: datetime) -> None:
+        await self._to_thread(self._ctx.sleep_until, at)
+
+    async def sleep_for(self, delta: timedelta | float) -> None:
+        await self._to_thread(self._ctx.sleep_for, delta)
+
+    async def wait_signal(
+        self,
+        name: str,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 - the wait's, durable
+    ) -> JSON:
+        return await self._to_thread(self._ctx.wait_signal, name, timeout)
+
+    async def join(
+        self,
+        child_ids: list[str],
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 - the wait's, durable
+    ) -> list[dict[str, JSON]]:
+        snaps: list[dict[str, JSON]] = await self._to_thread(self._ctx.join, child_ids, timeout)
+        return snaps
+
+    async def spawn(self, task: str, payload: dict[str, JSON], key: str) -> str:
+        child: str = await self._to_thread(self._ctx.spawn, task, payload, key)
+        return child
 
     async def _flush_if_full(self) -> None:
         if self._flusher is not None and self._flusher.flush_needed:

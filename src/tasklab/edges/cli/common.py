@@ -24,6 +24,7 @@ from tasklab.errors import (
     InvalidPayload,
     TasklabError,
     TaskNotFound,
+    TaskTerminal,
     UnknownTask,
 )
 from tasklab.redact import redact
@@ -93,7 +94,14 @@ Retain = Annotated[
     ),
 ]
 
-BAD_INPUT = (InvalidPayload, UnknownTask, IdempotencyConflict, TaskNotFound, ValueError)
+BAD_INPUT = (
+    InvalidPayload,
+    UnknownTask,
+    IdempotencyConflict,
+    TaskNotFound,
+    TaskTerminal,
+    ValueError,
+)
 T = TypeVar("T")
 
 

@@ -1,4 +1,5 @@
-"""`tasklab queues list|set|pause|resume` and `tasklab schedules list|remove`."""
+"""`tasklab queues list|set|pause|resume`, `tasklab schedules list|remove`, and
+`tasklab signal` (the commands of SPEC §7 and §8 beside the tasks')."""
 
 from __future__ import annotations
 
@@ -10,7 +11,17 @@ from rich.table import Table
 
 from tasklab.app import DEFAULT_DB
 from tasklab.core.queueing import KEEP
-from tasklab.edges.cli.common import AppSpec, AsJson, Db, _app, _fail, _guard, cli, out
+from tasklab.edges.cli.common import (
+    AppSpec,
+    AsJson,
+    Db,
+    _app,
+    _fail,
+    _guard,
+    _parse_json,
+    cli,
+    out,
+)
 from tasklab.errors import TaskNotFound
 
 queues = typer.Typer(help="Queues: limits and pause, kept in the database.", no_args_is_help=True)
@@ -120,3 +131,21 @@ def schedules_remove(name: str, db: Db = DEFAULT_DB, app: AppSpec = None) -> Non
     if not removed:
         _fail(TaskNotFound(f"no schedule named {name!r}"), 2)
     out.print(f"removed {name}", highlight=False)
+
+
+@cli.command()
+def signal(
+    task_id: str,
+    name: str,
+    data: Annotated[str, typer.Option("--data", help="JSON; '-' reads stdin.")] = "null",
+    db: Db = DEFAULT_DB,
+    app: AppSpec = None,
+    as_json: AsJson = False,
+) -> None:
+    """Send signal NAME to a task (once per name: a second answers the first)."""
+    with _app(db, app) as a:
+        stored, created = _guard(lambda: a.signal(task_id, name, _parse_json(data)))
+    if as_json:
+        out.print_json(json.dumps({"name": name, "data": stored, "created": created}))
+    else:
+        out.print(f"{'sent' if created else 'already sent'} {name}", highlight=False)

@@ -87,13 +87,17 @@ def list_(
     state: Annotated[str | None, typer.Option("--state")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
     cursor: Annotated[str | None, typer.Option("--cursor")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", help="Only its children.")] = None,
     db: Db = DEFAULT_DB,
     app: AppSpec = None,
     as_json: AsJson = False,
 ) -> None:
     """List tasks, newest first."""
     with _app(db, app) as a:
-        page = _guard(lambda: a.list(state, limit, cursor))
+        if parent is not None:
+            page = _guard(lambda: a.children(parent, limit, cursor))
+        else:
+            page = _guard(lambda: a.list(state, limit, cursor))
         if as_json:
             out.print_json(
                 json.dumps(

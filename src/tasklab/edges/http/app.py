@@ -20,6 +20,7 @@ from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
 from tasklab.edges.http.queues import queue_routes
 from tasklab.edges.http.state import ServerState, SubmitBody
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
+from tasklab.edges.http.waits import wait_routes
 from tasklab.edges.submits import SubmitBatcher
 from tasklab.edges.tokens import secret_matches
 from tasklab.errors import TasklabError
@@ -56,6 +57,7 @@ def create_app(state: ServerState) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(_auth(state))])
     _task_routes(protected, state)
     queue_routes(protected, state)
+    wait_routes(protected, state)
     api.include_router(protected)
 
     @api.get("/openapi.json", include_in_schema=False, dependencies=[Depends(_auth(state))])
@@ -198,10 +200,14 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
         state_: Annotated[str | None, Query(alias="state")] = None,
         limit: int = 100,
         cursor: str | None = None,
+        parent_id: str | None = None,
     ) -> JSONResponse:
         if not 1 <= limit <= 1000:
             raise HTTPError(422, "bad_request", "limit must be from 1 to 1000")
-        page = await state.db(app.list, state_, limit, cursor)
+        if parent_id is not None:  # the children of one task
+            page = await state.db(app.children, parent_id, limit, cursor)
+        else:
+            page = await state.db(app.list, state_, limit, cursor)
         return JSONResponse(
             {
                 "items": [s.to_json(payload=False) for s in page.items],
