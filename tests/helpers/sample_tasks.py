@@ -456,3 +456,22 @@ def run_log(ctx: Any, path: str, n: int, ms: float = 50.0, key: str | None = Non
 def run_log_keyed(ctx: Any, path: str, n: int, ms: float = 50.0, key: str | None = None) -> int:
     """`t.run_log` with a per-key limit of one (submit it with a concurrency_key)."""
     return _ledgered(ctx, path, n, ms, key)
+
+
+def _first() -> str:
+    return "first"
+
+
+@app.task(name="t.flow_child")
+def flow_child(ctx: Any, i: int) -> int:
+    return i * 10
+
+
+@app.task(name="t.flow")
+def flow(ctx: Any, n: int) -> list[Any]:
+    """A step, a durable sleep, a signal, children spawned and joined (SPEC §8)."""
+    first = ctx.step("first", _first)
+    ctx.sleep_for(0.2)
+    sig = ctx.wait_signal("go")
+    kids = [ctx.spawn("t.flow_child", {"i": i}, key=str(i)) for i in range(n)]
+    return [first, sig, [s["result"] for s in ctx.join(kids)]]

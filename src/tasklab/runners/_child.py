@@ -86,7 +86,7 @@ class ChildPort:
         self._call("effect_done", key=key, result=result)
 
     def durable(self, op: str, **args: Any) -> Any:
-        reply = self._call("durable", op=op, args=args)
+        reply = self._call("durable", what=op, args=args)  # "op" is the message's own
         if "error" in reply:
             raise InvalidPayload(reply["error"])
         return reply["value"]

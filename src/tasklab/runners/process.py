@@ -253,7 +253,7 @@ class ProcessTaskRunner(BaseRunner):
             elif msg["name"] == "heartbeat":
                 ex.heartbeat()
             elif msg["name"] == "durable":
-                return {"op": "reply", "value": ex.durable(msg["op"], **msg["args"])}
+                return {"op": "reply", "value": ex.durable(msg["what"], **msg["args"])}
             return {"op": "reply"}
         except LeaseLost as exc:
             return {"op": "reply", "lost": str(exc)}
