@@ -241,6 +241,7 @@ def test_prune_deletes_old_terminal_tasks_and_refuses_a_bad_age(db):
     assert json.loads(pruned.stdout) == {
         "events": 0,
         "effects": 0,
+        "signals": 0,
         "deliveries": 0,
         "outbox": 1,
         "tasks": 1,

@@ -70,6 +70,7 @@ def test_prune_deletes_old_terminal_tasks_with_everything_they_wrote(app, store_
             "queued": 1,
             "running": 1,
             "cancel_requested": 0,
+            "waiting": 0,
             "succeeded": 1,
             "failed": 0,
             "cancelled": 0,

@@ -3,7 +3,7 @@
 // follows one EventSource and remembers (per tab, in sessionStorage) what it showed.
 
 const $ = (sel) => document.querySelector(sel);
-const STATES = ["queued", "running", "cancel_requested", "succeeded", "failed", "cancelled"];
+const STATES = ["queued", "running", "cancel_requested", "waiting", "succeeded", "failed", "cancelled"];
 
 async function api(path, options = {}) {
   const resp = await fetch(path, { credentials: "same-origin", ...options });
