@@ -475,3 +475,39 @@ def flow(ctx: Any, n: int) -> list[Any]:
     sig = ctx.wait_signal("go")
     kids = [ctx.spawn("t.flow_child", {"i": i}, key=str(i)) for i in range(n)]
     return [first, sig, [s["result"] for s in ctx.join(kids)]]
+
+
+def _boundary(path: str, task_id: str, name: str, pause_at: str) -> None:
+    """At the boundary the test chose, the first time only: say so and wait to be
+    killed (a marker file remembers that this task paused here)."""
+    if name != pause_at:
+        return
+    marker = Path(path) / f"{task_id}.{name}.paused"
+    if marker.exists():
+        return
+    marker.write_text("")
+    _append(str(Path(path) / "at"), f"{task_id} {name}\n")
+    time.sleep(60)  # SIGKILLed here
+
+
+def _stepped(path: str, task_id: str, step: str, pause_at: str) -> str:
+    """A step's body: its own ledger line first (each call of a step is a line), then
+    the boundary inside it."""
+    _append(str(Path(path) / "calls"), f"{task_id} {step}\n")
+    _boundary(path, task_id, f"in:{step}", pause_at)
+    return step
+
+
+@app.task(name="t.durable3", retry_safe=True, max_attempts=10)
+def durable3(ctx: Any, path: str, pause_at: str, safe: bool = False) -> list[str]:
+    """Three steps, a signal and a durable sleep between them, and a boundary to be
+    killed at: in each step, between them, during the sleep, right after the signal."""
+    done = [ctx.step("s1", _stepped, path, ctx.task_id, "s1", pause_at, retry_safe=safe)]
+    _boundary(path, ctx.task_id, "after:s1", pause_at)
+    ctx.wait_signal("go")
+    _boundary(path, ctx.task_id, "after:signal", pause_at)
+    done.append(ctx.step("s2", _stepped, path, ctx.task_id, "s2", pause_at, retry_safe=safe))
+    _boundary(path, ctx.task_id, "after:s2", pause_at)
+    ctx.sleep_for(3.0 if pause_at == "sleeping" else 0.0)
+    done.append(ctx.step("s3", _stepped, path, ctx.task_id, "s3", pause_at, retry_safe=safe))
+    return done
