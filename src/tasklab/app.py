@@ -43,6 +43,7 @@ from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.store import Store
 from tasklab.store.base import PRUNED
+from tasklab.tasks import approval_flow as _approval_flow
 from tasklab.tasks import stream_text as _stream_text
 from tasklab.tasks import wordfreq as _wordfreq
 
@@ -79,6 +80,9 @@ class TaskApp(QueueControls, WaitControls):
                 check=_wordfreq.check,
                 async_fn=_wordfreq.wordfreq_async,
             )
+        )
+        self.registry.add(
+            TaskDef("approval_flow", _approval_flow.approval_flow, check=_approval_flow.check)
         )
         self.registry.add(
             TaskDef(

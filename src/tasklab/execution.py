@@ -186,6 +186,7 @@ class Execution:
         self._fenced(self.store.effect_start, self.claim, key)
 
     def effect_done(self, key: str, result: JSON) -> None:
+        self.flush()  # what the effect or step emitted is stored before it counts as done
         self._fenced(self.store.effect_done, self.claim, key, result)
 
     def durable(self, op: str, **args: Any) -> Any:

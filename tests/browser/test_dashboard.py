@@ -299,3 +299,44 @@ def test_the_queues_page_shows_depth_limits_pause_and_schedules(served, context)
     texts = sched.locator("td").all_inner_texts()
     assert texts[1] == "t.echo" and texts[2].startswith("0 3 * * *") and texts[3] != "—", texts
     page.screenshot(path=str(ROOT / "docs" / "queues.png"), full_page=True)
+
+
+def test_the_task_page_shows_waits_steps_signals_and_children(served, context):
+    """approval_flow in the browser: the draft streams, the page says it waits for the
+    signal, "Send signal" approves it, its three wordfreq children appear under it and
+    the report arrives — all from the page."""
+    app, server = served
+    tid = app.submit("approval_flow", {})
+    page = context.new_page()
+    page.goto(server.url + f"/ui/tasks/{tid}")
+    page.wait_for_function(
+        "document.querySelector('#wait-now') && !document.querySelector('#wait-now').hidden"
+    )
+    assert "approve" in page.inner_text("#wait-now")
+    page.wait_for_function("document.querySelector('#output').textContent.startsWith('Draft:')")
+    steps = page.locator("#journal tr[data-kind=step] td:nth-child(2)").all_inner_texts()
+    assert steps == ["draft", "stream the draft"], steps
+    page.fill("#signal-name", "approve")
+    page.fill("#signal-data", "{bad")
+    page.click("#signal-button")
+    page.wait_for_function("document.querySelector('#signal-error').textContent.includes('JSON')")
+    assert app.signals(tid) == []  # nothing was sent
+    page.fill("#signal-data", '{"by": "the browser"}')
+    page.click("#signal-button")
+    page.wait_for_selector("#signals li[data-signal=approve]")
+    page.wait_for_function("document.querySelectorAll('#children li').length === 3")
+    page.wait_for_function(
+        "document.querySelector('#state').textContent === 'succeeded'", timeout=20000
+    )
+    snap = app.query(tid)
+    assert snap.result["approved"] is True and snap.result["by"] == "the browser"
+    assert {c["state"] for c in snap.result["children"]} == {"succeeded"}
+    assert "resumed" in page.inner_text("#attempts")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#children li .state')]"
+        ".every(s => s.textContent === 'succeeded')"
+    )
+    page.screenshot(path=str(ROOT / "docs" / "durable.png"), full_page=True)
+    child = snap.result["children"][0]["id"]
+    page.goto(server.url + f"/ui/tasks/{child}")
+    page.wait_for_selector(f"#parent a[href='/ui/tasks/{tid}']")

@@ -100,7 +100,7 @@ class Event:
         }
 
 
-EVENT_TYPES = frozenset({"progress", "chunk", "attempt"})
+EVENT_TYPES = frozenset({"progress", "chunk", "attempt", "waiting", "resumed"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,8 +209,10 @@ function renderProgress() {
 }
 
 function renderAttempts() {
-  $("#attempts").replaceChildren(...view.attempts.map((a) =>
-    el("li", { text: `attempt ${a.attempt} began ${a.at ? new Date(a.at).toLocaleTimeString() : ""}` })));
+  $("#attempts").replaceChildren(...view.attempts.map((a) => el("li", { text:
+    a.kind === "waiting" ? `waiting for ${a.data.kind}${a.data.signal ? ` “${a.data.signal}”` : ""} ${a.at ? new Date(a.at).toLocaleTimeString() : ""}`
+    : a.kind === "resumed" ? `resumed after the ${a.data.after} ${a.at ? new Date(a.at).toLocaleTimeString() : ""}`
+    : `attempt ${a.attempt} began ${a.at ? new Date(a.at).toLocaleTimeString() : ""}` })));
 }
 
 function apply(event) {
@@ -224,6 +226,9 @@ function apply(event) {
     renderProgress();
   } else if (event.type === "attempt") {
     view.attempts.push({ attempt: event.data.attempt, at: event.at });
+    renderAttempts();
+  } else if (event.type === "waiting" || event.type === "resumed") {
+    view.attempts.push({ attempt: event.data.attempt, at: event.at, kind: event.type, data: event.data });
     renderAttempts();
   }
   save();
@@ -273,7 +278,7 @@ function renderVerdict(t) {
 function renderTopWords(result) {
   const max = Math.max(1, ...result.top.map(([, c]) => c));
   const table = el("table", { id: "top-words" },
-    el("caption", { class: "muted", text: `${result.total_words} words, ${result.distinct_words} distinct` }),
+    el("caption", { class: "muted", text: result.total_words === undefined ? "" : `${result.total_words} words, ${result.distinct_words} distinct` }),
     el("thead", {}, el("tr", {}, el("th", { text: "word" }), el("th", { class: "num", text: "count" }))),
     el("tbody", {}, ...result.top.map(([w, c]) => el("tr", {}, el("td", { text: w }), el("td", { class: "num", text: String(c) })))));
   const chart = el("div", { class: "bars", role: "img", "aria-label": "Top words bar chart" },
@@ -287,6 +292,7 @@ function finish(snapshot) {
   if (view.source) { view.source.close(); view.source = null; }
   renderSnapshot(snapshot);
   renderVerdict(snapshot);
+  if (view.id) refreshDurable().catch(() => {});
 }
 
 function follow() {
@@ -294,7 +300,7 @@ function follow() {
   // page send Last-Event-ID by themselves.
   const source = new EventSource(`/tasks/${view.id}/events?after=${view.seq}`, { withCredentials: true });
   view.source = source;
-  for (const type of ["attempt", "chunk", "progress"]) {
+  for (const type of ["attempt", "chunk", "progress", "waiting", "resumed"]) {
     source.addEventListener(type, (msg) => apply(JSON.parse(msg.data)));
   }
   source.addEventListener("end", (msg) => finish(JSON.parse(msg.data)));
@@ -339,6 +345,47 @@ async function runBound() {
   }
 }
 
+// ---- durable functions on the task page --------------------------------------------
+async function refreshDurable() {
+  const [doc, snap] = await Promise.all([api(`/tasks/${view.id}/journal`), api(`/tasks/${view.id}`)]);
+  const wait = snap.wait;
+  $("#wait-now").hidden = !wait;
+  if (wait) {
+    const what = wait.kind === "signal" ? `the signal “${wait.signal}”`
+      : wait.kind === "join" ? `${wait.children.length} child task(s) to end` : "its time";
+    $("#wait-now").textContent = `Waiting for ${what}${wait.until ? ` (until ${new Date(wait.until).toLocaleString()})` : ""} — it holds no worker meanwhile.`;
+  }
+  $("#journal tbody").replaceChildren(...doc.journal.map((e) => el("tr", { "data-kind": e.kind },
+    el("td", { text: e.kind }), el("td", { text: e.name }), el("td", { text: e.status }),
+    el("td", { class: "muted", text: e.result == null ? "—" : JSON.stringify(e.result) }),
+    el("td", { class: "num", text: String(e.attempt) }))));
+  $("#signals").replaceChildren(...doc.signals.map((s) =>
+    el("li", { "data-signal": s.name, text: `${s.name}: ${JSON.stringify(s.data)} (${new Date(s.at).toLocaleTimeString()})` })));
+  $("#parent").replaceChildren(...(snap.parent_id
+    ? ["Spawned by ", el("a", { href: `/ui/tasks/${snap.parent_id}`, text: snap.parent_id })]
+    : ["No parent."]));
+  $("#children").replaceChildren(...doc.children.map((c) => el("li", { "data-child": c.id },
+    el("a", { href: `/ui/tasks/${c.id}`, text: `${c.task} ${c.id}` }), " ",
+    el("span", { class: `state state-${c.state}`, text: c.state }))));
+}
+
+async function sendSignal(ev) {
+  ev.preventDefault();
+  $("#signal-error").textContent = "";
+  const name = $("#signal-name").value.trim();
+  const raw = $("#signal-data").value.trim();
+  try {
+    let data = null;
+    if (raw) { try { data = JSON.parse(raw); } catch { throw new Error("the data is not JSON"); } }
+    if (!name) throw new Error("name the signal");
+    await api(`/tasks/${view.id}/signals/${encodeURIComponent(name)}`, { method: "POST",
+      body: JSON.stringify({ data }), headers: { "content-type": "application/json" } });
+    await refreshDurable();
+  } catch (err) {
+    $("#signal-error").textContent = err.message || String(err);
+  }
+}
+
 async function startTask() {
   $("#app").hidden = false;
   const id = location.pathname.split("/").pop();
@@ -359,8 +406,11 @@ async function startTask() {
   }
   renderSnapshot(snap);
   follow();
+  $("#signal-form").addEventListener("submit", sendSignal);
+  await refreshDurable();
   setInterval(async () => {
     if (!view.ended) renderSnapshot(await api(`/tasks/${view.id}`).catch(() => snap));
+    refreshDurable().catch(() => {});
   }, 1000);
 }
 
