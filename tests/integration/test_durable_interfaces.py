@@ -97,3 +97,16 @@ def test_cli_signal_and_children(store_url):
     assert late.returncode == 2 and "task_terminal" in late.stderr
     listed = json.loads(cli("list", "--parent", tid, *db, *APP, "--json").stdout)
     assert listed["items"] == []
+
+
+def test_a_request_bound_task_cannot_wait(served):
+    """No worker resumes a request-bound task, so its wait fails it (never stuck)."""
+    app, client = served
+    with client.stream(
+        "POST", "/tasks/stream", json={"task": "t.flow", "payload": {"n": 1}}
+    ) as resp:
+        assert resp.status_code == 200
+        tid = resp.headers["tasklab-task-id"]
+        ended = [json.loads(d) for t, d in sse_events(resp.iter_lines()) if t == "end"]
+    assert ended[0]["state"] == "failed" and "cannot wait" in ended[0]["error"]["message"]
+    assert app.query(tid).state.value == "failed"

@@ -40,3 +40,33 @@ def wait(ctx: Any, seconds: float = 600.0) -> str:
 def keyed(ctx: Any) -> None:
     """`bench.noop` with a per-key limit of one (submitted with a concurrency_key)."""
     return None
+
+
+def _nothing() -> None:
+    return None
+
+
+@app.task(name="bench.steps")
+def steps(ctx: Any, n: int, journal: bool) -> int:
+    """n steps of nothing (journal=True), or n plain calls (the baseline)."""
+    for i in range(n):
+        if journal:
+            ctx.step(f"s{i}", _nothing)
+        else:
+            _nothing()
+    return n
+
+
+@app.task(name="bench.naps")
+def naps(ctx: Any, n: int) -> int:
+    """n durable sleeps of no time: each a suspend, a claim and a resume."""
+    for _ in range(n):
+        ctx.sleep_for(0.0001)
+    return n
+
+
+@app.task(name="bench.sleeper")
+def sleeper(ctx: Any, seconds: float) -> str:
+    """One durable sleep (10,000 of them wait at once in the bench)."""
+    ctx.sleep_for(seconds)
+    return "woke"

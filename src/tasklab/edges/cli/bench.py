@@ -77,6 +77,14 @@ def bench_queue(
             "per tick and how late the ticks' tasks are.",
         ),
     ] = None,
+    durable: Annotated[
+        bool,
+        typer.Option(
+            "--durable",
+            help="Instead: a step's cost, a suspend+resume round trip, and 10,000 tasks "
+            "sleeping at once (the worker's CPU meanwhile, how late they wake).",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Enqueue one by one, from 32 threads and in batches, drain (the default worker and
@@ -88,6 +96,16 @@ def bench_queue(
 
     if backlog is not None:
         _bench_backlog(db, backlog, min(window, backlog), durability, as_json)
+        return
+    if durable:
+        from tasklab.bench import durable as durable_bench
+
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err) as p:
+            p.add_task("durable functions", total=None)
+            doc = _guard(lambda: durable_bench.run(db, durability))
+        from tasklab.bench.tables import dict_table
+
+        _report(as_json, doc, lambda: dict_table(doc), doc["conditions"])
         return
     if limits or schedules is not None:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err) as p:

@@ -16,11 +16,14 @@ from tasklab.core.models import (
     Outcome,
 )
 from tasklab.core.policy import settle
-from tasklab.core.states import State
+from tasklab.core.states import ErrorCode, State
 from tasklab.errors import LeaseLost
 from tasklab.store.ids import new_event_id
 from tasklab.store.shared.claims import SqlClaims
 from tasklab.store.shared.core import lease_lost
+
+
+NO_WAIT = "a request-bound task cannot wait: it runs in its request, which no worker resumes"
 
 
 class SqlLeases(SqlClaims):
@@ -164,7 +167,7 @@ class SqlLeases(SqlClaims):
             current = State(row["state"])
             settled = settle(current, outcome)
             if settled.state is State.WAITING:
-                results.append(self._suspend(conn, claim, settled.wait or {}))
+                results.append(self._suspend(conn, claim, current, settled.wait or {}))
                 continue
             settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
             if settled.state.terminal:
@@ -190,11 +193,11 @@ class SqlLeases(SqlClaims):
         current = State(row["state"])
         settled = settle(current, outcome)
         if settled.state is State.WAITING:
-            return [self._suspend(conn, claim, settled.wait or {})]
+            return [self._suspend(conn, claim, current, settled.wait or {})]
         self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
         return [settled.state]
 
-    def _suspend(self, conn: Any, claim: Claim, wait: dict[str, Any]) -> State:
+    def _suspend(self, conn: Any, claim: Claim, current: State, wait: dict[str, Any]) -> State:
         """End a fenced execution into its wait, with the wait's journal record, under
         the task's lock (taken before the fence): `waiting`, or `queued` at once when
         what it waits for came meanwhile (a signal, the children's ends, the time)."""
@@ -217,7 +220,10 @@ class SqlLeases(SqlClaims):
             ids=dumps(wait["children"]) if wait.get("children") else None,
             wake_at=self._time_param(_parse_time(wake)) if wake else None,
         )
-        assert row is not None  # fenced in this transaction, the row is held
+        if row is None:  # fenced here, so: a request-bound task, whose request ran it
+            refused = settle(current, Outcome.failed(ErrorCode.TASK_ERROR, NO_WAIT))
+            self._apply(conn, claim.task_id, claim.epoch, current, refused, "finish")
+            return refused.state
         return State(row["state"])
 
     def release(self, claim: Claim) -> bool:

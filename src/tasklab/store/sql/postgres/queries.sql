@@ -579,7 +579,7 @@ UPDATE tasks SET
     attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = false,
     run_after = clock_timestamp(), wait_kind = :kind, wait_name = CAST(:name AS TEXT),
     wait_ids = CAST(:ids AS TEXT), wake_at = CAST(:wake_at AS TIMESTAMPTZ)
-WHERE id = :id AND epoch = :epoch AND state = 'running'
+WHERE id = :id AND epoch = :epoch AND state = 'running' AND NOT request_bound
 RETURNING state;
 
 -- name: journal_wait

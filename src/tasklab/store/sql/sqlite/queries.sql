@@ -499,7 +499,8 @@ UPDATE schedules SET next_tick = :next_tick,
 WHERE name = :name AND next_tick = :from_tick;
 
 -- name: suspend
--- End an execution into a wait, fenced (the caller fenced it in this transaction):
+-- End an execution into a wait, fenced (the caller fenced it in this transaction; a
+-- request-bound task, which no worker would resume, matches nothing):
 -- 'waiting' with what it waits for — or at once 'queued' when that already came (a
 -- signal sent, every child ended, the time reached). Not an attempt: attempt goes back.
 UPDATE tasks SET
@@ -513,7 +514,7 @@ UPDATE tasks SET
     attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = 0,
     run_after = julianday('now'), wait_kind = :kind, wait_name = :name, wait_ids = :ids,
     wake_at = :wake_at
-WHERE id = :id AND epoch = :epoch AND state = 'running'
+WHERE id = :id AND epoch = :epoch AND state = 'running' AND NOT request_bound
 RETURNING state;
 
 -- name: journal_wait
