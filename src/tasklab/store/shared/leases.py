@@ -22,7 +22,6 @@ from tasklab.store.ids import new_event_id
 from tasklab.store.shared.claims import SqlClaims
 from tasklab.store.shared.core import lease_lost
 
-
 NO_WAIT = "a request-bound task cannot wait: it runs in its request, which no worker resumes"
 
 
