@@ -46,6 +46,8 @@ def test_submit_prints_the_id_and_json_shapes(db):
         "priority",
         "concurrency_key",
         "unique_key",
+        "parent_id",
+        "wait",
         "run_after",
         "created_at",
         "started_at",
