@@ -123,12 +123,19 @@ class SqlClaims(SqlCore):
     _short = False
 
     # ---- which path ------------------------------------------------------------------
-    def queue_view(self) -> QueueView:
+    def queue_view(self, conn: Any = None) -> QueueView:
+        """The cached view; read again when old, or now on `conn` (inside a write
+        transaction: then it also sees what that transaction changed)."""
         view = self._view
         age = time.monotonic() - view.at if view is not None else math.inf
-        if view is None or age > VIEW_TTL or (self._short and age > VIEW_TTL_SHORT):
-            with self._read() as conn:
+        if conn is not None or view is None or age > VIEW_TTL or (
+            self._short and age > VIEW_TTL_SHORT
+        ):
+            if conn is not None:
                 rows = self._all(conn, "queue_view")
+            else:
+                with self._read() as reader:
+                    rows = self._all(reader, "queue_view")
             view = QueueView(
                 known=tuple(sorted({r["name"] for r in rows})),
                 paused=frozenset(r["name"] for r in rows if r["paused"]),
@@ -152,13 +159,17 @@ class SqlClaims(SqlCore):
         """Queue settings changed here: read them again at the next claim."""
         self._view = None
 
-    def _served(self, r: ClaimRequest) -> list[str]:
-        """The queues this claim reads: served, not paused, holding queued tasks (as of
-        the view: a queue that just got its first task is seen at the next read of the
-        view, within VIEW_TTL, or VIEW_TTL_SHORT after a claim that came back short)."""
-        view = self.queue_view()
+    def _served(self, r: ClaimRequest, conn: Any = None) -> list[str]:
+        """The queues this claim reads: served, not paused, holding queued tasks as of
+        the view — a queue that just got its first tasks while others are busy is seen
+        at the next read of the view (within VIEW_TTL, or VIEW_TTL_SHORT after a claim
+        that came back short)."""
+        view = self.queue_view(conn)
         served = r.queues if r.queues is not None else list(view.known)
-        return [q for q in served if q not in view.paused and q in view.busy]
+        unpaused = [q for q in served if q not in view.paused]
+        # none busy as far as the view knows: claim from them all, the SQL finds out (a
+        # task queued a moment ago by a commit the view has not seen is claimed now)
+        return [q for q in unpaused if q in view.busy] or unpaused
 
     def _open_queue(self, r: ClaimRequest, served: list[str]) -> str | None:
         """The one queue of an open claim, or None (limited claim, or nothing). A
@@ -208,6 +219,8 @@ class SqlClaims(SqlCore):
     # ---- claiming inside a transaction -----------------------------------------------
     def _claim_rows(self, conn: Any, r: ClaimRequest) -> list[Row]:
         served = self._served(r)
+        if not served:  # the view may not know a queue this very transaction filled
+            served = self._served(r, conn)
         if not served:
             rows: list[Row] = []
         elif (queue := self._open_queue(r, served)) is not None:

@@ -54,7 +54,8 @@ class SqlLeases(SqlClaims):
 
     def _claim_once(self, request: ClaimRequest) -> list[Any]:
         served = self._served(request)
-        if not served and self._stage():  # tasks came due: their queues are busy now
+        if not served:  # no queue known: stage what came due, and look again
+            self._stage()
             self.forget_queue_view()
             served = self._served(request)
         queue = self._open_queue(request, served) if served else None
