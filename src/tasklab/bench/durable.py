@@ -15,7 +15,7 @@ import itertools
 import os
 import statistics
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from tasklab.app import TaskApp
@@ -73,12 +73,14 @@ def _sleepers(app: TaskApp, n: int, seconds: float, durability: str) -> dict[str
     proc = worker_process(app.db, *extra)
     try:
         ids: list[str] = []
+        due = app.store.now() + timedelta(seconds=seconds)  # all wake at this instant
+        payload = {"until": due.isoformat()}
         for start in range(0, n, 1000):
-            ids += app.submit_many("bench.sleeper", [{"seconds": seconds}] * min(1000, n - start))
-        while app.counts()["waiting"] < n:
+            ids += app.submit_many("bench.sleeper", [payload] * min(1000, n - start))
+        while (c := app.counts())["waiting"] + c["succeeded"] < n:
             time.sleep(0.1)
         cpu0, wall0 = _cpu_of(proc.pid), time.perf_counter()
-        time.sleep(max(0.0, seconds / 2))
+        time.sleep(max(0.5, (due - app.store.now()).total_seconds() - 1))
         idle_cpu = (_cpu_of(proc.pid) - cpu0) / (time.perf_counter() - wall0)
         while app.counts()["succeeded"] < n:
             time.sleep(0.1)
@@ -106,7 +108,7 @@ def run(db: str, durability: str, sleepers: int = 10_000) -> dict[str, Any]:
         "conditions": _conditions(db, durability),
         "step_ms": round(_step_cost(app, 300), 3),
         "suspend_resume": _round_trips(app, 200, durability),
-        "sleepers": _sleepers(app, sleepers, 20.0, durability),
+        "sleepers": _sleepers(app, sleepers, 40.0, durability),
     }
     prune_rate(app)
     app.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from tasklab.app import TaskApp
@@ -66,7 +67,7 @@ def naps(ctx: Any, n: int) -> int:
 
 
 @app.task(name="bench.sleeper")
-def sleeper(ctx: Any, seconds: float) -> str:
-    """One durable sleep (10,000 of them wait at once in the bench)."""
-    ctx.sleep_for(seconds)
+def sleeper(ctx: Any, until: str) -> str:
+    """One durable sleep until a time (10,000 of them wait at once in the bench)."""
+    ctx.sleep_until(datetime.fromisoformat(until))
     return "woke"
