@@ -106,6 +106,7 @@ class Execution:
         # An async execution must not write from the event loop: it flushes in a thread.
         self.inline_flush = True
         self.stop_hooks: list[Callable[[], None]] = []
+        self._journal: dict[str, EffectRecord] | None = None
 
     # ---- the port ------------------------------------------------------------------
     def cancel_requested(self) -> bool:
@@ -179,7 +180,16 @@ class Execution:
             raise LeaseLost(f"task {self.task_id}: the lease is gone")
 
     def effect_get(self, key: str) -> EffectRecord:
-        return self.store.effect_get(self.task_id, key)
+        # A re-run replays its finished steps and waits: answered from one read of the
+        # journal (what is done or a wait's record never changes), the rest asked.
+        if self._journal is None:
+            self._journal = {
+                r.key: r
+                for r in self.store.effect_records(self.task_id)
+                if r.status in ("done", "wait")
+            }
+        known = self._journal.get(key)
+        return known if known is not None else self.store.effect_get(self.task_id, key)
 
     def effect_start(self, key: str) -> None:
         self.flush()

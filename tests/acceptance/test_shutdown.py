@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, cli, env, snapshot
-from tests.conftest import wait_for
+from tests.conftest import make_app, wait_for
 
 DRAIN = 2.0
 FINALIZATION = 5.0  # Settings.finalization
@@ -103,14 +103,19 @@ def test_twenty_sigterms_of_a_process_worker_each_exit_zero(store_url, tmp_path)
         if url.startswith("sqlite"):
             url = f"sqlite:///{tmp_path / f'w{i}.db'}"
         codes = []
+        # submitted and watched in this process (a CLI process per poll made this test
+        # the slowest of the suite); the outcome is read by a new process below
+        app = make_app(url)
         for r in range(rounds):
             d = tmp_path / f"w{i}-{r}"
             d.mkdir()
             # never a checkpoint, and (unlike a spin) no CPU: 8 children on 2 cores
-            ids = [submit(url, "t.busy", {"seconds": 60}) for _ in range(2)]
+            ids = [app.submit("t.busy", {"seconds": 60}) for _ in range(2)]
             proc = start_worker(url, "process", 0, "--concurrency", "2")
             try:
-                wait_for(lambda: all(state(url, t) == "running" for t in ids), 30)  # noqa: B023
+                wait_for(
+                    lambda ids=ids: all(app.query(t).state.value == "running" for t in ids), 30
+                )
                 proc.send_signal(signal.SIGTERM)
                 _, errors = proc.communicate(timeout=30)
             finally:
@@ -122,6 +127,7 @@ def test_twenty_sigterms_of_a_process_worker_each_exit_zero(store_url, tmp_path)
                     snap = snapshot(url, t)
                     assert snap["state"] == "failed", (snap, errors)
                     assert snap["error"]["code"] == "terminated"
+        app.close()
         return codes
 
     with ThreadPoolExecutor(parallel) as pool:

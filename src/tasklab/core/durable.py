@@ -100,6 +100,7 @@ class DurableMethods:
 
     _port: DurablePort
     _waits: int = 0
+    _clock: datetime | None = None  # the database clock as last read in this run
 
     def step(
         self, name: str, fn: Callable[..., Any], /, *args: Any, retry_safe: bool = False
@@ -156,7 +157,7 @@ class DurableMethods:
         self._wait_or_return(key, due)
 
     def _wait_or_return(self, key: str, due: datetime) -> None:
-        if self._now() >= due:
+        if self._reached(due):
             return
         raise Suspend(Wait("sleep", key, wake_at=iso(due), record={"due": iso(due)}))
 
@@ -171,7 +172,7 @@ class DurableMethods:
         if found["found"]:
             return found["data"]
         deadline = self._deadline(record, timeout)
-        if deadline is not None and self._now() >= deadline:
+        if deadline is not None and self._reached(deadline):
             raise WaitTimeout(f"signal {name!r} did not come in time")
         wake = iso(deadline) if deadline is not None else None
         raise Suspend(Wait("signal", key, wake_at=wake, name=name, record={"due": wake}))
@@ -188,7 +189,7 @@ class DurableMethods:
         if all(s["state"] in ("succeeded", "failed", "cancelled") for s in snaps):
             return snaps
         deadline = self._deadline(record, timeout)
-        if deadline is not None and self._now() >= deadline:
+        if deadline is not None and self._reached(deadline):
             live = sum(1 for s in snaps if s["finished_at"] is None)
             raise WaitTimeout(f"{live} child task(s) still live")
         wake = iso(deadline) if deadline is not None else None
@@ -211,7 +212,16 @@ class DurableMethods:
         return self._now() + timedelta(seconds=max(0.0, seconds))
 
     def _now(self) -> datetime:
-        return datetime.fromisoformat(str(self._port.durable("now")).replace("Z", "+00:00"))
+        now = datetime.fromisoformat(str(self._port.durable("now")).replace("Z", "+00:00"))
+        self._clock = now
+        return now
+
+    def _reached(self, at: datetime) -> bool:
+        """Whether the database clock has passed `at` (a time before the clock's last
+        reading in this run needs no new read: a replayed sleep costs nothing)."""
+        if self._clock is not None and at <= self._clock:
+            return True
+        return self._now() >= at
 
 
 def _time_of(record: EffectRecord, field_: str) -> datetime | None:

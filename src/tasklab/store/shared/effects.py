@@ -32,6 +32,20 @@ class SqlEffects(SqlCore):
         result = json.loads(row["result"]) if row["result"] is not None else None
         return EffectRecord(key, row["status"], result, row["attempt"])
 
+    def effect_records(self, task_id: str) -> list[EffectRecord]:
+        """Every journal record of a task, in one read."""
+        with self._read() as conn:
+            rows = self._all(conn, "journal_of", task_id=task_id)
+        return [
+            EffectRecord(
+                r["key"],
+                r["status"],
+                json.loads(r["result"]) if r["result"] is not None else None,
+                r["attempt"],
+            )
+            for r in rows
+        ]
+
     def effect_start(self, claim: Claim, key: str) -> None:
         with self._write() as conn:
             self._fenced(conn, claim, [])
