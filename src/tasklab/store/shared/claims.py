@@ -128,8 +128,11 @@ class SqlClaims(SqlCore):
         transaction: then it also sees what that transaction changed)."""
         view = self._view
         age = time.monotonic() - view.at if view is not None else math.inf
-        if conn is not None or view is None or age > VIEW_TTL or (
-            self._short and age > VIEW_TTL_SHORT
+        if (
+            conn is not None
+            or view is None
+            or age > VIEW_TTL
+            or (self._short and age > VIEW_TTL_SHORT)
         ):
             if conn is not None:
                 rows = self._all(conn, "queue_view")
