@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tasklab.core.jsontext import dumps
 from tasklab.core.models import JSON, Page
 from tasklab.core.queueing import KEEP, Keep, check_concurrency, check_queue, parse_rate
+from tasklab.core.registry import TaskDef
 from tasklab.core.schedules import ScheduleDef
 from tasklab.errors import InvalidPayload
 
@@ -77,19 +78,10 @@ class QueueControls:
             spec = next((t for t in self.engine.registry.all() if t.fn is fn), None)
             if spec is None:
                 raise ValueError("@app.periodic goes above @app.task (on a registered task)")
-            schedule = ScheduleDef.checked(
-                name or spec.name,
-                spec.name,
-                cron=cron,
-                every=every,
-                timezone=timezone,
-                payload=payload,
-                queue=queue,
-                priority=priority,
-                catch_up=catch_up,
-                origin="code",
-            )
-            spec.validate(schedule.payload, self.engine.data_dir)
+            schedule = self._checked_schedule(
+                name or spec.name, spec, "code", cron=cron, every=every, timezone=timezone,
+                payload=payload, queue=queue, priority=priority, catch_up=catch_up,
+            )  # fmt: skip
             self.engine.periodic[schedule.name] = schedule
             return fn
 
@@ -110,21 +102,21 @@ class QueueControls:
     ) -> dict[str, JSON]:
         """Store a schedule now (it outlives this process). The same definition again
         changes nothing; another one replaces it (its next tick computed anew)."""
-        spec = self.engine.registry.get(task)
-        schedule = ScheduleDef.checked(
-            name,
-            spec.name,
-            cron=cron,
-            every=every,
-            timezone=timezone,
-            payload=payload,
-            queue=queue,
-            priority=priority,
+        schedule = self._checked_schedule(
+            name, self.engine.registry.get(task), "runtime", cron=cron, every=every,
+            timezone=timezone, payload=payload, queue=queue, priority=priority,
             catch_up=catch_up,
-        )
-        spec.validate(schedule.payload, self.engine.data_dir)
+        )  # fmt: skip
         self.engine.store_schedule(schedule)
         return next(s for s in self.schedules() if s["name"] == schedule.name)
+
+    def _checked_schedule(
+        self, name: str, spec: TaskDef, origin: str, **timing: Any
+    ) -> ScheduleDef:
+        """A schedule of a registered task, its definition and its payload checked."""
+        schedule = ScheduleDef.checked(name, spec.name, origin=origin, **timing)
+        spec.validate(schedule.payload, self.engine.data_dir)
+        return schedule
 
     def unschedule(self, name: str) -> bool:
         """Forget a schedule; its tasks already made stay."""

@@ -107,33 +107,13 @@ def test_http_schedules(client, app):
     ],
 )
 def test_jsonl_bad_submit_fields(app, fields, code):
-    line = json.dumps({"op": "submit", "task": "t.echo", "payload": {}, **fields}).encode()
-
-    async def scenario():  # type: ignore[no-untyped-def]
-        server = await JsonLinesServer(app, db, port=0).start()
-        try:
-            return await request(server.port, line + b"\n")
-        finally:
-            await server.close(0)
-
-    reply = json.loads(run(scenario()))
+    reply = _jsonl_submit(app, fields)
     assert reply["ok"] is False and reply["error"]["code"] == code
     assert sum(app.counts().values()) == 0
 
 
 def test_jsonl_submit_fields(app):
-    line = json.dumps(
-        {"op": "submit", "task": "t.echo", "payload": {}, "queue": "q1", "priority": -3}
-    ).encode()
-
-    async def scenario():  # type: ignore[no-untyped-def]
-        server = await JsonLinesServer(app, db, port=0).start()
-        try:
-            return await request(server.port, line + b"\n")
-        finally:
-            await server.close(0)
-
-    reply = json.loads(run(scenario()))
+    reply = _jsonl_submit(app, {"queue": "q1", "priority": -3})
     assert reply["ok"] is True
     assert (reply["task"]["queue"], reply["task"]["priority"]) == ("q1", -3)
 
@@ -197,3 +177,17 @@ def test_per_queue_metrics(client, app):
     text = client.get("/metrics").text
     assert 'tasklab_queue_running{queue="mail"} 2.0' in text
     assert 'tasklab_queue_claims_total{queue="mail"} 2.0' in text
+
+
+def _jsonl_submit(app, fields: dict) -> dict:  # type: ignore[no-untyped-def]
+    """One submit frame with these fields over a real socket; the reply."""
+    line = json.dumps({"op": "submit", "task": "t.echo", "payload": {}, **fields}).encode()
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        server = await JsonLinesServer(app, db, port=0).start()
+        try:
+            return await request(server.port, line + b"\n")
+        finally:
+            await server.close(0)
+
+    return json.loads(run(scenario()))
