@@ -43,9 +43,7 @@ from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.store import Store
 from tasklab.store.base import PRUNED
-from tasklab.tasks import approval_flow as _approval_flow
-from tasklab.tasks import stream_text as _stream_text
-from tasklab.tasks import wordfreq as _wordfreq
+from tasklab.tasks import register_builtins
 
 log = logging.getLogger("tasklab.app")
 
@@ -73,25 +71,7 @@ class TaskApp(QueueControls, WaitControls):
             store,
         )
         self.registry = self.engine.registry
-        self.registry.add(
-            TaskDef(
-                "wordfreq",
-                _wordfreq.wordfreq,
-                check=_wordfreq.check,
-                async_fn=_wordfreq.wordfreq_async,
-            )
-        )
-        self.registry.add(
-            TaskDef("approval_flow", _approval_flow.approval_flow, check=_approval_flow.check)
-        )
-        self.registry.add(
-            TaskDef(
-                "stream_text",
-                _stream_text.stream_text,
-                check=_stream_text.check,
-                async_fn=_stream_text.stream_text_async,
-            )
-        )
+        register_builtins(self.registry)
 
     # ---- the engine's parts, for callers of the facade --------------------------------
     @property
