@@ -23,6 +23,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from tasklab._types import Row
+from tasklab.core.models import ClaimRequest
 from tasklab.errors import SessionLost, StoreError, WorkerAlive
 from tasklab.redact import redact
 from tasklab.store import queries
@@ -177,12 +179,19 @@ class PostgresStore(SqlStore):
     def _list_param(self, values: list[str]) -> Any:
         return list(values)
 
-    def _claim_locks(self, conn: Any, keys: list[int]) -> None:
-        if keys:
-            conn.execute(self.q["claim_locks"], {"keys": keys}).fetchall()
-
-    def _pairs_param(self, pairs: list[tuple[str, str]]) -> dict[str, Any]:
-        return {"tasks": [t for t, _ in pairs], "keys": [k for _, k in pairs]}
+    def _claim_limited(self, conn: Any, r: ClaimRequest, served: list[str]) -> list[Row]:
+        # one round trip: tasklab_claim_limited (migration 010) runs the whole rule
+        return self._all(
+            conn,
+            "claim_limited",
+            served=served,
+            names=list(r.names),
+            keys=self._lock_keys(r, served),
+            keyed=bool(r.keyed),
+            limit=r.limit,
+            owner=r.owner,
+            lease=r.lease,
+        )
 
     def _open_steps(self, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return [("claim_next", params)]  # tasklab_claim runs the stager itself

@@ -30,6 +30,7 @@ from tasklab.errors import StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.doorbell import Doorbell, trusted_uids, wait_ring
 from tasklab.store.gate import ClosingGate
+from tasklab.store.shared.stepwise import StepwiseLimitedClaim
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
 
@@ -48,7 +49,7 @@ def _process_write_lock(path: Path) -> threading.Lock:
         return _write_locks.setdefault(key, threading.Lock())
 
 
-class SQLiteStore(SqlStore):
+class SQLiteStore(StepwiseLimitedClaim, SqlStore):
     integrity_errors = (sqlite3.IntegrityError,)
 
     def __init__(

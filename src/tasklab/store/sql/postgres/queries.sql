@@ -132,42 +132,11 @@ SELECT tasklab_promote() AS moved;
 -- (tasklab_claim, schema 8).
 SELECT * FROM tasklab_claim(:names, :queue, :limit, :owner, :lease);
 
--- name: claim_locks
--- A limited claim's locks, until its commit: one per limited queue and per task name
--- with a per-key limit, taken in one order so that two claimers cannot deadlock.
-SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS BIGINT[])) AS k ORDER BY k;
-
--- name: claim_candidates
--- The first :limit runnable tasks of one queue in claim order, locked (skipping those
--- another claimer holds), for a limited claim to choose from (schema 8).
-SELECT * FROM tasklab_candidates(:queue, :names, :limit);
-
--- name: claim_ids
--- Claim the chosen tasks, if still queued.
-UPDATE tasks SET state = 'running', epoch = epoch + 1, attempt = attempt + 1,
-    lease_owner = :owner, lease_until = clock_timestamp() + make_interval(secs => :lease),
-    started_at = clock_timestamp(), error_code = NULL, error_message = NULL
-WHERE id = ANY(:ids) AND state = 'queued'
-RETURNING id, task, payload, epoch, attempt, max_attempts, wait_kind;
-
--- name: queue_limits
--- The settings of the given queues, with their live tasks (from the counters) and the
--- database clock; read after the claim's locks, so the counts are the committed ones.
-SELECT q.name, q.paused, q.concurrency, q.rate_count, q.rate_period, q.tokens, q.tokens_at,
-       COALESCE((SELECT SUM(c.n) FROM task_counts c WHERE c.queue = q.name
-                 AND c.state IN ('running', 'cancel_requested')), 0) AS running,
-       clock_timestamp() AS now
-FROM queues q WHERE q.name = ANY(:names);
-
--- name: key_counts_of
--- Live tasks per (task name, concurrency key) for the given pairs.
-SELECT k.task, k.key, k.n FROM key_counts k
-JOIN unnest(CAST(:tasks AS TEXT[]), CAST(:keys AS TEXT[])) AS p(task, key)
-  ON k.task = p.task AND k.key = p.key;
-
--- name: take_tokens
--- A rate-limited queue's bucket after a claim (computed under the queue's lock).
-UPDATE queues SET tokens = :tokens, tokens_at = :at WHERE name = :name;
+-- name: claim_limited
+-- A claim where limits apply (queue concurrency, rate, per-key limits, pauses): the
+-- whole rule in one call under the given advisory locks (tasklab_claim_limited,
+-- schema 10).
+SELECT * FROM tasklab_claim_limited(:served, :names, :keys, :keyed, :limit, :owner, :lease);
 
 -- name: queue_view
 -- What a claimer needs to choose its path: each queue with tasks queued or settings,
