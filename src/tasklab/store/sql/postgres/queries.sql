@@ -189,11 +189,13 @@ RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 
 -- name: fence_many
 -- The fencing check for a batch of claims at once (arrays of ids, epochs, event counts).
+-- `t.id = ANY(ids)` as well as the join: primary-key lookups even when the statistics
+-- say the table is empty (a queue table vacuumed or analyzed between two bursts).
 UPDATE tasks t SET event_seq = t.event_seq + v.n
 FROM unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[]), CAST(:ns AS INTEGER[]))
     AS v(id, epoch, n)
-WHERE t.id = v.id AND t.epoch = v.epoch AND t.state IN ('running', 'cancel_requested')
-  AND t.lease_until > clock_timestamp()
+WHERE t.id = ANY(CAST(:ids AS TEXT[])) AND t.id = v.id AND t.epoch = v.epoch
+  AND t.state IN ('running', 'cancel_requested') AND t.lease_until > clock_timestamp()
 RETURNING t.id, t.epoch, t.state, t.event_seq;
 
 -- name: insert_event
@@ -228,7 +230,7 @@ WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: finish_batch
 -- `finish` for a group commit in one statement (arrays, one element per task): one
--- plan and one pass instead of a statement per task.
+-- plan and one pass instead of a statement per task; `t.id = ANY(id)` as in fence_many.
 UPDATE tasks t SET state = v.state, result = v.result, error_code = v.error_code,
     error_message = v.error_message, cancel_reason = COALESCE(t.cancel_reason, v.reason),
     finished_at = CASE WHEN v.terminal THEN clock_timestamp() END,
@@ -241,7 +243,8 @@ FROM unnest(CAST(:id AS TEXT[]), CAST(:epoch AS BIGINT[]), CAST(:from_state AS T
             CAST(:terminal AS BOOLEAN[]), CAST(:delay AS DOUBLE PRECISION[]))
      AS v(id, epoch, from_state, state, result, error_code, error_message, reason,
           terminal, delay)
-WHERE t.id = v.id AND t.epoch = v.epoch AND t.state = v.from_state;
+WHERE t.id = ANY(CAST(:id AS TEXT[])) AND t.id = v.id AND t.epoch = v.epoch
+  AND t.state = v.from_state;
 
 -- name: release
 -- Give back a claim that never started: attempt goes back, the epoch stays.

@@ -12,7 +12,7 @@ CREATE FUNCTION tasklab_claim_limited(
     claimant TEXT, lease DOUBLE PRECISION)
 RETURNS TABLE (id TEXT, task TEXT, payload TEXT, epoch BIGINT, attempt INTEGER,
                max_attempts INTEGER, wait_kind TEXT)
-LANGUAGE plpgsql AS $limited$
+LANGUAGE plpgsql SET jit = off AS $limited$
 #variable_conflict use_column
 DECLARE
     now_ts TIMESTAMPTZ;
@@ -26,6 +26,7 @@ DECLARE
     left_ INTEGER;
     tok DOUBLE PRECISION;
     chosen TEXT[];              -- ids taken, in claim order
+    chosen_rows TID[];          -- where they are (locked here, so they stay there)
     taken INTEGER[];            -- of them, per queue
     key_tasks TEXT[];           -- the (task, key) pairs taken
     key_names TEXT[];
@@ -73,16 +74,17 @@ BEGIN
     END IF;
     FOR depth IN 1..4 LOOP
         chosen := '{}';
+        chosen_rows := '{}';
         key_tasks := '{}';
         key_names := '{}';
         seen := array_fill(0, ARRAY[cardinality(qs)]);
         taken := array_fill(0, ARRAY[cardinality(qs)]);
         FOR c IN
-            SELECT t.id, t.task, t.queue, t.concurrency_key, t.concurrency_limit,
+            SELECT t.id, t.ctid, t.task, t.queue, t.concurrency_key, t.concurrency_limit,
                    array_position(qs, t.queue) AS at
             FROM unnest(qs, page) AS w(name, n)
             CROSS JOIN LATERAL (
-                SELECT q.id, q.task, q.queue, q.priority, q.run_after, q.concurrency_key,
+                SELECT q.id, q.ctid, q.task, q.queue, q.priority, q.run_after, q.concurrency_key,
                        q.concurrency_limit
                 FROM tasks q
                 WHERE q.queue = w.name AND q.state = 'queued' AND NOT q.delayed
@@ -103,6 +105,7 @@ BEGIN
                 key_names := key_names || c.concurrency_key;
             END IF;
             chosen := chosen || c.id;
+            chosen_rows := chosen_rows || c.ctid;
             taken[c.at] := taken[c.at] + 1;
         END LOOP;
         EXIT WHEN cardinality(chosen) >= lim OR NOT keyed;
@@ -127,19 +130,17 @@ BEGIN
             WHERE name = qs[i];
         END IF;
     END LOOP;
+    -- by physical address: a TID scan whatever the statistics say (see migration 011)
     RETURN QUERY
-    WITH picked AS (
-        SELECT x.id, x.pos FROM unnest(chosen) WITH ORDINALITY AS x(id, pos)),
-    claimed AS (
+    WITH claimed AS (
         UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
             lease_owner = claimant,
             lease_until = clock_timestamp() + make_interval(secs => lease),
             started_at = clock_timestamp(), error_code = NULL, error_message = NULL
-        FROM picked WHERE t.id = picked.id AND t.state = 'queued'
-        RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts, t.wait_kind,
-                  picked.pos)
+        WHERE t.ctid = ANY(chosen_rows) AND t.state = 'queued'
+        RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts, t.wait_kind)
     SELECT cl.id, cl.task, cl.payload, cl.epoch, cl.attempt, cl.max_attempts, cl.wait_kind
-    FROM claimed cl ORDER BY cl.pos;
+    FROM claimed cl ORDER BY array_position(chosen, cl.id);
 END
 $limited$;
 -- The limited claim read its candidates through this one; it does so itself now.

@@ -1,0 +1,132 @@
+"""PostgreSQL: the statements that claim, fence and finish a set of tasks keep sane
+plans when the statistics say `tasks` is empty — as they do after a VACUUM or ANALYZE
+that ran between two bursts, the normal life of a queue table. Before migration 011
+the claim's `UPDATE ... FROM picked WHERE t.id = picked.id` became a nested loop over
+the whole primary key (each claim compared every task with every claimed id: a drain
+7x slower until the next ANALYZE), and a sort priced at 1e10 by `enable_sort = off`
+compiled its plan with JIT (66 ms a claim).
+
+The plans are the ones the server ran, nested statements included (`auto_explain`,
+reported to this session)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from tests.conftest import make_app
+
+N = 3000
+BATCH = 32
+
+
+def _explained(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every plan this session runs from now on, as the server ran it."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting in ("log_min_duration = 0", "log_nested_statements = on", "log_analyze = on"):
+        conn.execute(f"SET auto_explain.{setting}")
+    conn.execute("SET client_min_messages = log")
+    return plans
+
+
+def _reads(conn: psycopg.Connection[Any]) -> int:
+    """Rows this transaction has read from `tasks` so far, by any scan but by address."""
+    row = conn.execute(
+        "SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0) AS n"
+        " FROM pg_stat_xact_user_tables WHERE relname = 'tasks'"
+    ).fetchone()
+    return int(row["n"]) if row else 0
+
+
+def _ran(
+    conn: psycopg.Connection[Any],
+    plans: list[str],
+    sql: str,
+    params: dict[str, Any],
+    most: int | None = None,
+) -> Any:
+    """Run a statement: no plan node run once per task of the table, no JIT, and when
+    `most` is given no more rows of `tasks` read than that."""
+    before = _reads(conn)
+    del plans[:]
+    cur = conn.execute(sql, params)
+    rows = cur.fetchall() if cur.description is not None else cur.rowcount
+    ran = "\n".join(p for p in plans if "pg_stat_xact" not in p)
+    # a node run once per task of the table (a nested loop over all of them), not
+    # once per task of the statement
+    loops = max(int(n) for n in re.findall(r"loops=(\d+)", ran))
+    assert loops <= 4 * BATCH, ran
+    assert "JIT:" not in ran, ran
+    assert "tasks" in ran, ran  # the plans were seen
+    if most is not None:
+        assert _reads(conn) - before <= most, ran
+    return rows
+
+
+def test_claim_fence_finish_plans_hold_when_statistics_say_empty(pg_url):
+    app = make_app(pg_url)
+    app.configure_queue("limited", concurrency=1000)
+    # a burst that came and went: its pages stay (a vacuum under load cannot truncate
+    # them), the statistics say they hold nothing
+    app.submit_many("t.echo", [{"value": i} for i in range(2 * N)])
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DELETE FROM tasks")
+        admin.execute("VACUUM (ANALYZE, TRUNCATE false) tasks")
+        pages, tuples = admin.execute(
+            "SELECT relpages, reltuples FROM pg_class WHERE relname = 'tasks'"
+        ).fetchone()
+        assert pages > 0 and tuples == 0
+    app.submit_many("t.echo", [{"value": i} for i in range(N)])
+    app.submit_many("t.echo", [{"value": i} for i in range(N)], queue="limited")
+    q = app.store.q
+    with psycopg.connect(pg_url, row_factory=dict_row) as conn:
+        plans = _explained(conn)
+        common = {"names": ["t.echo"], "limit": BATCH, "owner": "w", "lease": 30.0}
+        claimed = _ran(conn, plans, q["claim_next"], {**common, "queue": "default"}, most=4 * BATCH)
+        assert len(claimed) == BATCH
+        limited = _ran(
+            conn,
+            plans,
+            q["claim_limited"],
+            {**common, "served": ["limited"], "keys": [], "keyed": False},
+            most=4 * BATCH,
+        )
+        assert len(limited) == BATCH
+        rows = claimed + limited
+        fenced = _ran(
+            conn,
+            plans,
+            q["fence_many"],
+            {
+                "ids": [r["id"] for r in rows],
+                "epochs": [r["epoch"] for r in rows],
+                "ns": [1] * len(rows),
+            },
+        )
+        assert len(fenced) == len(rows)
+        n = len(rows)
+        finished = _ran(
+            conn,
+            plans,
+            q["finish_batch"],
+            {
+                "id": [r["id"] for r in rows],
+                "epoch": [r["epoch"] for r in rows],
+                "from_state": ["running"] * n,
+                "state": ["succeeded"] * n,
+                "result": ["1"] * n,
+                "error_code": [None] * n,
+                "error_message": [None] * n,
+                "reason": [None] * n,
+                "terminal": [True] * n,
+                "delay": [0.0] * n,
+            },
+        )
+        assert finished == n
+        conn.rollback()
+    app.close()
