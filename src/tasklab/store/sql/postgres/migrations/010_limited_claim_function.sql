@@ -81,7 +81,7 @@ BEGIN
         taken := array_fill(0, ARRAY[cardinality(qs)]);
         FOR c IN
             SELECT t.id, t.ctid, t.task, t.queue, t.concurrency_key, t.concurrency_limit,
-                   array_position(qs, t.queue) AS at
+                   array_position(qs, t.queue) AS at, COALESCE(k.n, 0) AS live
             FROM unnest(qs, page) AS w(name, n)
             CROSS JOIN LATERAL (
                 SELECT q.id, q.ctid, q.task, q.queue, q.priority, q.run_after, q.concurrency_key,
@@ -91,15 +91,19 @@ BEGIN
                   AND NOT q.request_bound AND q.task = ANY(names)
                 ORDER BY q.priority DESC, q.run_after, q.id LIMIT w.n
                 FOR UPDATE SKIP LOCKED) t
+            LEFT JOIN key_counts k  -- live tasks of its key, read under the name's lock
+              ON t.concurrency_limit IS NOT NULL AND k.task = t.task AND k.key = t.concurrency_key
             ORDER BY t.priority DESC, t.run_after, t.id
         LOOP
             seen[c.at] := seen[c.at] + 1;
             CONTINUE WHEN cardinality(chosen) >= lim OR taken[c.at] >= room[c.at];
             IF c.concurrency_key IS NOT NULL AND c.concurrency_limit IS NOT NULL THEN
-                SELECT COALESCE(MAX(k.n), 0) INTO n_live FROM key_counts k
-                WHERE k.task = c.task AND k.key = c.concurrency_key;
-                n_live := n_live + (SELECT count(*) FROM unnest(key_tasks, key_names) AS p(t, k)
-                                    WHERE p.t = c.task AND p.k = c.concurrency_key);
+                n_live := c.live;  -- and those taken here (a few: a loop, no query)
+                FOR j IN 1..coalesce(cardinality(key_tasks), 0) LOOP
+                    IF key_tasks[j] = c.task AND key_names[j] = c.concurrency_key THEN
+                        n_live := n_live + 1;
+                    END IF;
+                END LOOP;
                 CONTINUE WHEN n_live >= c.concurrency_limit;
                 key_tasks := key_tasks || c.task;
                 key_names := key_names || c.concurrency_key;
