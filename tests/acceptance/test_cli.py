@@ -259,3 +259,21 @@ def test_prune_deletes_old_terminal_tasks_and_refuses_a_bad_age(db):
 def test_a_bad_retention_is_refused_before_anything_runs(db, command):
     refused = run(command, "--retain", "a while", "--db", db)
     assert refused.returncode == 2 and "--retain 'a while' is not a duration" in refused.stderr
+
+
+def test_list_never_truncates_an_id_in_an_80_column_terminal(db):
+    ids = [run("submit", "wordfreq", "--payload", '{"text": "a"}', "--db", db).stdout.strip()]
+    ids.append(run("submit", "wordfreq", "--payload", '{"text": "b"}', "--db", db).stdout.strip())
+    assert all(len(tid) == 24 for tid in ids)
+    listed = subprocess.run(
+        [*TASKLAB, "list", "--db", db],
+        cwd=ROOT,
+        env=env(COLUMNS="80"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert max(len(line) for line in listed.splitlines()) <= 80, listed
+    for tid in ids:
+        assert tid in listed, listed  # whole, on one line: a user copies it from here

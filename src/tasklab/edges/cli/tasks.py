@@ -108,14 +108,21 @@ def list_(
                 )
             )
             return
-        table = Table("id", "task", "state", "attempt", "created", "error")
+        table = Table()
+        # the id whole on one line (users copy it); the others give way in a narrow terminal
+        table.add_column("id", no_wrap=True, min_width=24)
+        table.add_column("task", overflow="fold")
+        table.add_column("state", no_wrap=True)
+        table.add_column("attempt", no_wrap=True)
+        table.add_column("created (UTC)", overflow="fold", max_width=19)
+        table.add_column("error", overflow="fold")
         for s in page.items:
             table.add_row(
                 s.id,
                 s.task,
                 s.state.value,
                 f"{s.attempt}/{s.max_attempts}",
-                s.to_json()["created_at"],
+                s.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                 s.error.code if s.error else "",
             )
         out.print(table)
