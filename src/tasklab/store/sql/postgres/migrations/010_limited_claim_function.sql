@@ -7,6 +7,31 @@
 -- counting those taken here, and the claim has slots; then claim them and take the
 -- rate tokens. A page read deeper (x4, up to 4096) only when keys at their limit held
 -- a queue's room back.
+-- Claim rows the caller's transaction has locked — found by their physical address
+-- (a TID scan whatever the statistics say; see migration 011), so they stay where
+-- they are — answering them in the order of `ids`. What a claim sets, written once for
+-- the open and the limited claim.
+CREATE FUNCTION tasklab_take(
+    ids TEXT[], rows_ TID[], claimant TEXT, lease DOUBLE PRECISION)
+RETURNS TABLE (id TEXT, task TEXT, payload TEXT, epoch BIGINT, attempt INTEGER,
+               max_attempts INTEGER, wait_kind TEXT)
+-- (PL/pgSQL, not SQL: its plan is kept for the session, a SQL function's is made anew
+-- at every call — 0.13 ms of a 0.85 ms claim)
+LANGUAGE plpgsql SET jit = off AS $take$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
+            lease_owner = claimant,
+            lease_until = clock_timestamp() + make_interval(secs => lease),
+            started_at = clock_timestamp(), error_code = NULL, error_message = NULL
+        WHERE t.ctid = ANY(rows_) AND t.state = 'queued'
+        RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts, t.wait_kind)
+    SELECT c.id, c.task, c.payload, c.epoch, c.attempt, c.max_attempts, c.wait_kind
+    FROM claimed c ORDER BY array_position(ids, c.id);
+END
+$take$;
 CREATE FUNCTION tasklab_claim_limited(
     served TEXT[], names TEXT[], lock_keys BIGINT[], keyed BOOLEAN, lim INTEGER,
     claimant TEXT, lease DOUBLE PRECISION)
@@ -134,17 +159,7 @@ BEGIN
             WHERE name = qs[i];
         END IF;
     END LOOP;
-    -- by physical address: a TID scan whatever the statistics say (see migration 011)
-    RETURN QUERY
-    WITH claimed AS (
-        UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
-            lease_owner = claimant,
-            lease_until = clock_timestamp() + make_interval(secs => lease),
-            started_at = clock_timestamp(), error_code = NULL, error_message = NULL
-        WHERE t.ctid = ANY(chosen_rows) AND t.state = 'queued'
-        RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts, t.wait_kind)
-    SELECT cl.id, cl.task, cl.payload, cl.epoch, cl.attempt, cl.max_attempts, cl.wait_kind
-    FROM claimed cl ORDER BY array_position(chosen, cl.id);
+    RETURN QUERY SELECT * FROM tasklab_take(chosen, chosen_rows, claimant, lease);
 END
 $limited$;
 -- The limited claim read its candidates through this one; it does so itself now.

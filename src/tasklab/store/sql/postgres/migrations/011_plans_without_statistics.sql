@@ -50,26 +50,17 @@ BEGIN
                AND (s.paused OR s.concurrency IS NOT NULL OR s.rate_count IS NOT NULL)) THEN
         RETURN;
     END IF;
-    SELECT array_agg(p.id ORDER BY p.n), array_agg(p.ctid ORDER BY p.n) INTO picked, rows_
-    FROM (SELECT q.id, q.ctid, row_number() OVER () AS n FROM (
-              SELECT q.id, q.ctid FROM tasks q
-              WHERE q.queue = wanted AND q.state = 'queued' AND NOT q.delayed
-                AND q.task = ANY(names) AND NOT q.request_bound AND q.concurrency_limit IS NULL
-              ORDER BY q.priority DESC, q.run_after, q.id LIMIT lim
-              FOR UPDATE SKIP LOCKED) q) p;
+    SELECT array_agg(q.id ORDER BY q.priority DESC, q.run_after, q.id), array_agg(q.ctid)
+    INTO picked, rows_
+    FROM (SELECT q.id, q.ctid, q.priority, q.run_after FROM tasks q
+          WHERE q.queue = wanted AND q.state = 'queued' AND NOT q.delayed
+            AND q.task = ANY(names) AND NOT q.request_bound AND q.concurrency_limit IS NULL
+          ORDER BY q.priority DESC, q.run_after, q.id LIMIT lim
+          FOR UPDATE SKIP LOCKED) q;
     IF picked IS NULL THEN
         RETURN;
     END IF;
-    RETURN QUERY
-    WITH claimed AS (
-        UPDATE tasks t SET state = 'running', epoch = t.epoch + 1, attempt = t.attempt + 1,
-            lease_owner = claimant,
-            lease_until = clock_timestamp() + make_interval(secs => lease),
-            started_at = clock_timestamp(), error_code = NULL, error_message = NULL
-        WHERE t.ctid = ANY(rows_)
-        RETURNING t.id, t.task, t.payload, t.epoch, t.attempt, t.max_attempts, t.wait_kind)
-    SELECT c.id, c.task, c.payload, c.epoch, c.attempt, c.max_attempts, c.wait_kind
-    FROM claimed c ORDER BY array_position(picked, c.id);
+    RETURN QUERY SELECT * FROM tasklab_take(picked, rows_, claimant, lease);  -- (010)
 END
 $claim$;
 CREATE OR REPLACE FUNCTION tasklab_child_ended() RETURNS trigger LANGUAGE plpgsql AS $ended$
