@@ -17,6 +17,7 @@ from tasklab.core.models import (
 from tasklab.core.states import CancelReason, ErrorCode, State
 from tasklab.errors import (
     Cancelled,
+    ForeignConnection,
     IdempotencyConflict,
     InvalidPayload,
     LeaseLost,
@@ -40,6 +41,7 @@ __all__ = [
     "ErrorCode",
     "ErrorInfo",
     "Event",
+    "ForeignConnection",
     "IdempotencyConflict",
     "InvalidPayload",
     "LeaseLost",

@@ -197,11 +197,15 @@ class TaskApp(QueueControls, WaitControls):
         priority: int | None = None,
         concurrency_key: str | None = None,
         unique_key: str | None = None,
+        connection: Any = None,
     ) -> str:
         """Queue a task; returns its id (the existing one for a known idempotency key,
         or for a live task holding the same `unique_key`). `run_at` (timezone-aware)
         or `delay`: not claimed before then, by the database clock. `queue`,
-        `priority` (-100..100, higher first): the task's defaults unless given."""
+        `priority` (-100..100, higher first): the task's defaults unless given.
+        `connection`: your own open transaction's connection on this store's database
+        (psycopg, sqlite3, or SQLAlchemy over either): the task exists if and only if
+        your transaction commits; workers wake at that commit."""
         options = SubmitOptions.of(
             run_at=run_at,
             delay=delay,
@@ -210,7 +214,9 @@ class TaskApp(QueueControls, WaitControls):
             concurrency_key=concurrency_key,
             unique_key=unique_key,
         )
-        return self.submit_ex(task, payload, idempotency_key, max_attempts, options=options)[0].id
+        return self.submit_ex(
+            task, payload, idempotency_key, max_attempts, options=options, connection=connection
+        )[0].id
 
     def submit_ex(
         self,
@@ -221,9 +227,12 @@ class TaskApp(QueueControls, WaitControls):
         *,
         request_bound: bool = False,
         options: SubmitOptions = NO_OPTIONS,
+        connection: Any = None,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
         item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound, options)
+        if connection is not None:
+            return self.store.submit_on(connection, [item])[0]
         return self.engine.submitter.submit(item)
 
     def submit_many(
@@ -234,10 +243,14 @@ class TaskApp(QueueControls, WaitControls):
         queue: str | None = None,
         priority: int | None = None,
         delay: timedelta | float | None = None,
+        connection: Any = None,
     ) -> list[str]:
-        """Queue many tasks of one name in one transaction (all or none)."""
+        """Queue many tasks of one name in one transaction (all or none); with
+        `connection`, in yours (see `submit`)."""
         options = SubmitOptions.of(queue=queue, priority=priority, delay=delay)
         items = [self.prepare(task, p, None, None, options=options) for p in payloads]
+        if connection is not None:
+            return [snap.id for snap, _ in self.store.submit_on(connection, items)]
         return [snap.id for snap, _ in self.store.submit(items)]
 
     def submit_prepared(

@@ -101,6 +101,14 @@ class StoreError(TasklabError):
     code = "store_error"
 
 
+class ForeignConnection(TasklabError, TypeError):
+    """Raised by `submit(..., connection=)` for a connection that is not on this
+    store's database (another file or server, another kind of driver, an async
+    connection). Nothing is written."""
+
+    code = "foreign_connection"
+
+
 class SessionLost(StoreError):
     """The database session broke mid-call (a server restart, a killed backend, a
     dropped connection). Whether a write committed is unknown; the next call gets a new

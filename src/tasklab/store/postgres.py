@@ -25,9 +25,10 @@ from psycopg_pool import ConnectionPool
 
 from tasklab._types import Row
 from tasklab.core.models import ClaimRequest
-from tasklab.errors import SessionLost, StoreError, WorkerAlive
+from tasklab.errors import ForeignConnection, SessionLost, StoreError, WorkerAlive
 from tasklab.redact import redact
 from tasklab.store import queries
+from tasklab.store.caller import CallersConnection
 from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
 from tasklab.store.sqlstore import SqlStore
@@ -89,6 +90,8 @@ class PostgresStore(SqlStore):
         # tests of killed sessions read to see the failure path taken, not the lease
         self.lost_sessions: Counter[str] = Counter()
         self.vacuumer = Vacuumer(self._dedicated, self.q["dead_rows"])
+        self._callers_seen: set[tuple[Any, ...]] = set()  # callers' sessions checked
+        self._identity: str | None = None
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
@@ -154,6 +157,40 @@ class PostgresStore(SqlStore):
                 if version > done:
                     conn.execute(self.q[name].replace("%%", "%"))
                     conn.execute(self.q["schema_version_set"], {"version": version})
+
+    def identity(self) -> str:
+        """This database's store id (migration 012), read once."""
+        if self._identity is None:
+            with self._read() as conn:
+                self._identity = str(conn.execute(self.q["store_identity"]).fetchone()["id"])
+        return self._identity
+
+    def _on_callers(self, connection: Any) -> CallersConnection:
+        if isinstance(connection, psycopg.AsyncConnection) or not isinstance(
+            connection, psycopg.Connection
+        ):
+            raise ForeignConnection(
+                "this store is PostgreSQL: connection= takes a psycopg 3 (sync) connection "
+                "to its database (or a SQLAlchemy connection or session bound to one), "
+                f"not a {type(connection).__module__}.{type(connection).__name__}"
+            )
+        info = connection.info
+        # one check per server session: a backend pid names it while it lives
+        seen = (info.host, info.port, info.dbname, info.backend_pid)
+        if seen not in self._callers_seen:
+            with connection.cursor(row_factory=dict_row) as cur:
+                present = cur.execute(self.q["has_store_identity"]).fetchone()
+                known = present is not None and present["present"]
+                row = cur.execute(self.q["store_identity"]).fetchone() if known else None
+            if row is None or row["id"] != self.identity():
+                raise ForeignConnection(
+                    f"connection= is on database {info.dbname!r} at {info.host}:{info.port}, "
+                    f"which is not this store's ({redact(self.url)})"
+                )
+            if len(self._callers_seen) >= 4096:
+                self._callers_seen.clear()
+            self._callers_seen.add(seen)
+        return CallersConnection(lambda: connection.cursor(row_factory=dict_row))
 
     def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
         return _columns(batch)

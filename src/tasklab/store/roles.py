@@ -48,6 +48,9 @@ class Submits(Protocol):
     """New tasks, and a user's cancel."""
 
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]: ...
+    def submit_on(
+        self, connection: Any, items: list[NewTask]
+    ) -> list[tuple[TaskSnapshot, bool]]: ...
     def submit_and_claim(
         self, item: NewTask, owner: str, lease: float
     ) -> tuple[TaskSnapshot, bool, Claim | None]: ...

@@ -26,8 +26,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tasklab.errors import StoreError, WorkerAlive
+from tasklab.errors import ForeignConnection, StoreError, WorkerAlive
 from tasklab.store import queries
+from tasklab.store.caller import CallersConnection
 from tasklab.store.doorbell import Doorbell, trusted_uids, wait_ring
 from tasklab.store.gate import ClosingGate
 from tasklab.store.shared.stepwise import StepwiseLimitedClaim
@@ -155,6 +156,8 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
 
     def _migrate(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._schema_current():
+            return  # opening a store takes no write lock (a caller's transaction may hold it)
         with self._write() as conn:
             conn.execute(self.q["schema_version_create"])
             done = conn.execute(self.q["schema_version_get"]).fetchone()["version"]
@@ -163,6 +166,40 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
                     for stmt in _statements(self.q[name]):
                         conn.execute(stmt)
                     conn.execute(self.q["schema_version_set"], {"version": version})
+
+    def _on_callers(self, connection: Any) -> CallersConnection:
+        if not isinstance(connection, sqlite3.Connection):
+            raise ForeignConnection(
+                f"this store is the SQLite file {self.path}: connection= takes a "
+                "sqlite3.Connection on it (or a SQLAlchemy connection or session bound "
+                f"to one), not a {type(connection).__module__}.{type(connection).__name__}"
+            )
+        probe = connection.cursor()
+        probe.row_factory = None
+        files = {row[1]: row[2] for row in probe.execute("PRAGMA database_list")}
+        main = files.get("main") or ""
+        if not main or os.path.realpath(main) != os.path.realpath(self.path):
+            raise ForeignConnection(
+                f"connection= is on {main or 'a memory database'}, not on this store's "
+                f"file {self.path}"
+            )
+
+        def cursor() -> sqlite3.Cursor:
+            cur = connection.cursor()
+            cur.row_factory = sqlite3.Row
+            return cur
+
+        return CallersConnection(cursor)
+
+    def _schema_current(self) -> bool:
+        with self._read() as conn:
+            known = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            ).fetchone()
+            if known is None:
+                return False
+            done = conn.execute(self.q["schema_version_get"]).fetchone()["version"]
+            return bool(done == len(MIGRATIONS))
 
     # ---- dialect hooks -------------------------------------------------------------
     def _dt(self, value: Any) -> datetime | None:

@@ -92,6 +92,11 @@ class SqlCore(ABC):
         """Release what `_hold_presence` returned."""
 
     @abstractmethod
+    def _on_callers(self, connection: Any) -> Any:
+        """The caller's driver connection as the helpers use one (store/caller.py),
+        after checking that it is on this store; else `ForeignConnection`."""
+
+    @abstractmethod
     def _exclusive(self) -> AbstractContextManager[None]:
         """Provided by each implementation."""
 

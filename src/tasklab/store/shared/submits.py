@@ -15,6 +15,7 @@ from tasklab.core.models import (
 )
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, TaskNotFound
+from tasklab.store.caller import driver_connection
 from tasklab.store.ids import new_event_id, new_task_id
 from tasklab.store.shared.claims import SqlClaims
 
@@ -25,9 +26,7 @@ class SqlSubmits(SqlClaims):
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
-        view = self._view
-        if view is not None and any(i.queue not in view.busy for i in items):
-            self.forget_queue_view()  # a queue with its first tasks: claims here see it
+        self._see_queues(items)
         if len(items) == 1:  # the common case, in one round trip where it can be
             item = items[0]
             params = self._insert_params(item)
@@ -46,6 +45,23 @@ class SqlSubmits(SqlClaims):
                 out = [self._insert(conn, item) for item in items]
         self.faults.check("submit_answer")
         return out
+
+    def submit_on(self, connection: Any, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
+        """Insert every item with the caller's connection, in its open transaction
+        (store/caller.py): the tasks exist if and only if that transaction commits.
+        `ForeignConnection` (nothing written) for a connection not on this store;
+        the driver's own errors reach the caller as they are (it is their
+        transaction)."""
+        conn = self._on_callers(driver_connection(connection))
+        self._see_queues(items)
+        if len(items) > 1 and all(i.unique_key is None for i in items):
+            return self._insert_many(conn, items)
+        return [self._insert(conn, item) for item in items]
+
+    def _see_queues(self, items: list[NewTask]) -> None:
+        view = self._view
+        if view is not None and any(i.queue not in view.busy for i in items):
+            self.forget_queue_view()  # a queue with its first tasks: claims here see it
 
     def _insert_params(self, item: NewTask) -> dict[str, Any]:
         return {

@@ -602,3 +602,12 @@ WHERE task_id = :task_id ORDER BY started_at, key;
 -- name: prune_signals
 -- The signals of pruned tasks.
 DELETE FROM signals WHERE task_id = ANY(:ids);
+
+-- name: store_identity
+-- This database's store id (migration 012).
+SELECT id FROM store_identity;
+
+-- name: has_store_identity
+-- Whether the connection's database has a store id at all (never fails, so a caller's
+-- transaction is not aborted by asking).
+SELECT to_regclass('store_identity') IS NOT NULL AS present;
