@@ -11,7 +11,7 @@ import builtins
 import inspect
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -41,8 +41,8 @@ from tasklab.engine import Engine
 from tasklab.errors import InvalidPayload
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
+from tasklab.operations import TaskOperations
 from tasklab.store import Store
-from tasklab.store.base import PRUNED
 from tasklab.tasks import register_builtins
 
 log = logging.getLogger("tasklab.app")
@@ -52,7 +52,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DB = "sqlite:///tasklab.db"
 
 
-class TaskApp(QueueControls, WaitControls):
+class TaskApp(QueueControls, WaitControls, TaskOperations):
     """Register tasks, submit them, run them, ask what happened."""
 
     def __init__(
@@ -350,37 +350,6 @@ class TaskApp(QueueControls, WaitControls):
         """Exclusive recovery: raises `WorkerAlive` while another executor lives; else
         settles every running/cancel_requested task as a lease expiry would."""
         return self.engine.recover_running()
-
-    def prune(
-        self,
-        older_than: timedelta | None = None,
-        *,
-        before: datetime | None = None,
-        batch: int = 500,
-        progress: Callable[[dict[str, int]], None] | None = None,
-    ) -> dict[str, int]:
-        """Delete terminal tasks that finished more than `older_than` ago by the
-        database's clock (or before `before`), with their events, effect records,
-        notifications and delivery records; rows deleted per table. Tasks whose
-        notification a subscribed webhook still waits for are kept. In short
-        transactions of `batch` tasks; `progress` gets the running totals after each.
-        A pruned task's idempotency key is free again."""
-        totals = dict.fromkeys(PRUNED, 0)
-        for totals in self.prune_batches(older_than, before=before, batch=batch):
-            if progress is not None:
-                progress(totals)
-        return totals
-
-    def prune_batches(
-        self,
-        older_than: timedelta | None = None,
-        *,
-        before: datetime | None = None,
-        batch: int = 500,
-    ) -> Iterator[dict[str, int]]:
-        """`prune` one transaction at a time: the running totals after each (the
-        caller may stop between them)."""
-        return self.engine.prune_batches(older_than, before=before, batch=batch)
 
     def worker(self, runner: str = "thread", concurrency: int | None = None, **options: Any) -> Any:
         """A worker that claims from the store; use as a context manager."""

@@ -107,6 +107,20 @@ class Engine:
         """queued → cancelled; running → cancel_requested (the task stops at its next
         checkpoint); terminal → `request_accepted=False`."""
         out = self.store.cancel(task_id, reason)
+        self._after_cancel(task_id, out, reason)
+        return out
+
+    def cancel_many(
+        self, task_ids: builtins.list[str], reason: CancelReason = CancelReason.USER
+    ) -> builtins.list[CancelOutcome | None]:
+        """`cancel` of each, the store's part in one transaction; None: no such task."""
+        outs = self.store.cancel_many(task_ids, reason)
+        for task_id, out in zip(task_ids, outs, strict=True):
+            if out is not None:
+                self._after_cancel(task_id, out, reason)
+        return outs
+
+    def _after_cancel(self, task_id: str, out: CancelOutcome, reason: CancelReason) -> None:
         if out.state is State.CANCEL_REQUESTED:
             local = self.monitor.get(task_id)
             if local is not None:
@@ -114,7 +128,6 @@ class Engine:
         if out.request_accepted:  # its live children stop too (and theirs)
             for child in self.store.live_children(task_id):
                 self.cancel(child, CancelReason.PARENT_CANCELLED)
-        return out
 
     def store_schedule(self, spec: ScheduleDef) -> bool:
         """Store a schedule, keeping the progress of one stored with the same timing;

@@ -63,6 +63,13 @@ class TaskTerminal(TasklabError):
     code = "task_terminal"
 
 
+class TaskLive(TasklabError):
+    """Raised when a retry is asked of a task that has not ended (terminal states are
+    final; a retry is a new task made of an ended one)."""
+
+    code = "task_live"
+
+
 class QueueFull(TasklabError, BufferError):
     """Raised by `runner.submit()` when workers + backlog slots are all taken; the task
     stays `queued`."""

@@ -46,6 +46,7 @@ class TaskSnapshot:
     unique_key: str | None = None
     parent_id: str | None = None
     wait: dict[str, JSON] | None = None  # while waiting: kind, name, children, wake_at
+    retry_of: str | None = None  # made by `app.retry` of that ended task
 
     @property
     def terminal(self) -> bool:
@@ -69,6 +70,7 @@ class TaskSnapshot:
             "unique_key": self.unique_key,
             "parent_id": self.parent_id,
             "wait": self.wait,
+            "retry_of": self.retry_of,
             "run_after": iso(self.run_after),
             "created_at": iso(self.created_at),
             "started_at": iso(self.started_at),

@@ -19,6 +19,7 @@ from tasklab.store.roles import (
     Recovery,
     Retention,
     Schedules,
+    Search,
     Signals,
     Submits,
     TaskReads,
@@ -33,6 +34,7 @@ PRUNED = ("events", "effects", "signals", "deliveries", "outbox", "tasks")
 class Store(
     Submits,
     TaskReads,
+    Search,
     Leases,
     Queues,
     Schedules,

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tasklab._types import PendingEvent
+from tasklab.core.filters import TaskFilter
 from tasklab.core.models import (
     JSON,
     CancelOutcome,
@@ -55,6 +56,9 @@ class Submits(Protocol):
         self, item: NewTask, owner: str, lease: float
     ) -> tuple[TaskSnapshot, bool, Claim | None]: ...
     def cancel(self, task_id: str, reason: CancelReason) -> CancelOutcome: ...
+    def cancel_many(
+        self, task_ids: list[str], reason: CancelReason
+    ) -> list[CancelOutcome | None]: ...
 
 
 class TaskReads(Protocol):
@@ -66,6 +70,17 @@ class TaskReads(Protocol):
     def states_of(self, task_ids: list[str]) -> dict[str, State]: ...
     def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]: ...
     def now(self) -> datetime: ...
+
+
+class Search(Protocol):
+    """Tasks by filter (each criterion on an index), and retries of ended tasks."""
+
+    def search(self, f: TaskFilter, limit: int, cursor: str | None) -> Page: ...
+    def count_matching(self, f: TaskFilter, *, not_retried: bool = False) -> int: ...
+    def matching_ids(
+        self, f: TaskFilter, before: str | None, limit: int, *, not_retried: bool = False
+    ) -> list[str]: ...
+    def retry_many(self, sources: list[str], keys: list[str | None]) -> dict[str, str]: ...
 
 
 class Leases(Protocol):

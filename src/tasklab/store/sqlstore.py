@@ -12,6 +12,7 @@ from tasklab.store.shared.reads import SqlReads
 from tasklab.store.shared.recovery import SqlRecovery
 from tasklab.store.shared.retention import SqlRetention
 from tasklab.store.shared.schedules import SqlSchedules
+from tasklab.store.shared.search import SqlSearch
 from tasklab.store.shared.submits import SqlSubmits
 from tasklab.store.shared.waits import SqlWaits
 
@@ -22,6 +23,7 @@ class SqlStore(
     SqlWaits,
     SqlSubmits,
     SqlReads,
+    SqlSearch,
     SqlLeases,
     SqlQueues,
     SqlSchedules,

@@ -154,6 +154,7 @@ class SqlCore(ABC):
             unique_key=row["unique_key"],
             parent_id=row["parent_id"],
             wait=_wait_of(row, self._dt) if state is State.WAITING else None,
+            retry_of=row["retry_of"],
         )
 
     def _claim(self, row: Row, owner: str, sent_at: float) -> Claim:

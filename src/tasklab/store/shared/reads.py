@@ -5,14 +5,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from tasklab.core.models import (
-    Event,
-    Page,
-    TaskSnapshot,
-)
+from tasklab.core.models import Event, TaskSnapshot
 from tasklab.core.states import State
 from tasklab.errors import TaskNotFound
-from tasklab.store.ids import decode_cursor, encode_cursor
 from tasklab.store.shared.core import SqlCore
 
 
@@ -25,21 +20,6 @@ class SqlReads(SqlCore):
         if row is None:
             raise TaskNotFound(f"no task with id {task_id!r}")
         return self._snapshot(row)
-
-    def page(self, state: State | None, limit: int, cursor: str | None) -> Page:
-        limit = max(1, min(int(limit), 1000))
-        after = decode_cursor(cursor)
-        with self._read() as conn:
-            rows = self._all(
-                conn,
-                "list_tasks",
-                state=state.value if state else None,
-                cursor=after,
-                limit=limit + 1,
-            )
-        items = [self._snapshot(r) for r in rows[:limit]]
-        more = len(rows) > limit
-        return Page(items, encode_cursor(items[-1].id) if more and items else None)
 
     def counts(self) -> dict[str, int]:
         with self._read() as conn:

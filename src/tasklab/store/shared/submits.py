@@ -182,14 +182,28 @@ class SqlSubmits(SqlClaims):
     def cancel(self, task_id: str, reason: CancelReason) -> CancelOutcome:
         """queued → cancelled (terminal, outbox row); running → cancel_requested;
         cancel_requested → accepted, unchanged; terminal → not accepted."""
-        with self._write() as conn:
-            if self._x(conn, "cancel_queued", id=task_id, reason=reason.value).rowcount:
-                self._x(conn, "insert_outbox", event_id=new_event_id(), task_id=task_id)
-                return CancelOutcome(True, State.CANCELLED)
-            if self._x(conn, "cancel_running", id=task_id, reason=reason.value).rowcount:
-                return CancelOutcome(True, State.CANCEL_REQUESTED)
-            row = self._one(conn, "get_task", id=task_id)
-        if row is None:
+        out = self.cancel_many([task_id], reason)[0]
+        if out is None:
             raise TaskNotFound(f"no task with id {task_id!r}")
-        state = State(row["state"])
-        return CancelOutcome(state is State.CANCEL_REQUESTED, state)
+        return out
+
+    def cancel_many(self, task_ids: list[str], reason: CancelReason) -> list[CancelOutcome | None]:
+        """`cancel` of each, in one transaction (a bulk action's batch); None for an
+        id the store does not know."""
+        out: list[CancelOutcome | None] = []
+        with self._write() as conn:
+            for task_id in task_ids:
+                if self._x(conn, "cancel_queued", id=task_id, reason=reason.value).rowcount:
+                    self._x(conn, "insert_outbox", event_id=new_event_id(), task_id=task_id)
+                    out.append(CancelOutcome(True, State.CANCELLED))
+                elif self._x(conn, "cancel_running", id=task_id, reason=reason.value).rowcount:
+                    out.append(CancelOutcome(True, State.CANCEL_REQUESTED))
+                else:
+                    row = self._one(conn, "get_task", id=task_id)
+                    out.append(None if row is None else _unchanged(State(row["state"])))
+        return out
+
+
+def _unchanged(state: State) -> CancelOutcome:
+    """A cancel that changed nothing: accepted only if one was asked for already."""
+    return CancelOutcome(state is State.CANCEL_REQUESTED, state)

@@ -67,12 +67,6 @@ WHERE unique_key = :key AND state IN ('queued', 'running', 'cancel_requested');
 -- One task.
 SELECT * FROM tasks WHERE id = :id;
 
--- name: list_tasks
--- A page of tasks, newest first (ids sort by creation time), optionally of one state.
-SELECT * FROM tasks
-WHERE (:state IS NULL OR state = :state) AND (:cursor IS NULL OR id < :cursor)
-ORDER BY id DESC LIMIT :limit;
-
 -- name: count_states
 -- Tasks per state, from the counters the state-changing transactions keep.
 SELECT state, SUM(n) AS n FROM task_counts WHERE state <> 'claimed' GROUP BY state;
@@ -567,3 +561,69 @@ WHERE task_id = :task_id ORDER BY started_at, key;
 -- name: prune_signals
 -- The signals of pruned tasks.
 DELETE FROM signals WHERE task_id IN (SELECT value FROM json_each(:ids));
+
+-- name: search_tasks
+-- Tasks matching a filter, newest first (keyset: `filter_cursor`); `{terms}` is the
+-- filter's `filter_*` blocks, each walking an index (migration 007).
+SELECT * FROM tasks WHERE true {terms} ORDER BY id DESC LIMIT :limit;
+
+-- name: search_ids
+-- The ids of the tasks matching a filter, newest first (a bulk action's batch).
+SELECT id FROM tasks WHERE true {terms} ORDER BY id DESC LIMIT :limit;
+
+-- name: search_count
+-- How many tasks match a filter (a bulk action's dry run).
+SELECT COUNT(*) AS n FROM tasks WHERE true {terms};
+
+-- name: filter_state
+-- One state, written as a literal (a closed set) so that the partial indexes apply.
+AND state = '{state}'
+
+-- name: filter_task
+-- One task name (tasks_by_task).
+AND task = :task
+
+-- name: filter_queue
+-- One queue (tasks_by_queue).
+AND queue = :queue
+
+-- name: filter_parent_id
+-- The children of one task (tasks_children).
+AND parent_id = :parent_id
+
+-- name: filter_idempotency_key
+-- The task holding an idempotency key (tasks_key).
+AND idempotency_key = :idempotency_key
+
+-- name: filter_low
+-- Ids from this one on (an id prefix, a created-after time).
+AND id >= :low
+
+-- name: filter_high
+-- Ids before this one (past an id prefix, a created-before time).
+AND id < :high
+
+-- name: filter_cursor
+-- The next page: ids before the last one handed out.
+AND id < :cursor
+
+-- name: filter_not_retried
+-- Tasks no retry has been made of yet (tasks_retries).
+AND NOT EXISTS (SELECT 1 FROM tasks r INDEXED BY tasks_retries WHERE r.retry_of = tasks.id)
+
+-- name: retry_tasks
+-- New queued tasks made from ended ones (JSON array of {id, src, key}): the same name,
+-- payload, attempts, queue, priority and keys, `retry_of` the source; a source that is
+-- not terminal, or a key taken (a retry made already, a live task holding the unique
+-- key), inserts nothing.
+INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
+                   timeout, idempotency_key, run_after, created_at, queue, priority,
+                   delayed, concurrency_key, concurrency_limit, unique_key, retry_of)
+SELECT r.value ->> 'id', t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, 0,
+       t.timeout, r.value ->> 'key', julianday('now'), julianday('now'), t.queue,
+       t.priority, 0, t.concurrency_key, t.concurrency_limit, t.unique_key, t.id
+FROM json_each(:rows) r JOIN tasks t ON t.id = r.value ->> 'src'
+WHERE t.state IN ('succeeded', 'failed', 'cancelled')
+ORDER BY r.key
+ON CONFLICT DO NOTHING
+RETURNING id, retry_of;
