@@ -196,8 +196,11 @@ def test_search_answers_exactly_the_matching_tasks_across_pages(app, fresh):
 
     def check(**criteria: object) -> None:
         f = TaskFilter.of(**criteria)
-        expected = [s.id for s in sorted(everything.values(), key=lambda s: s.id, reverse=True)
-                    if _matches(s, f)]
+        expected = [
+            s.id
+            for s in sorted(everything.values(), key=lambda s: s.id, reverse=True)
+            if _matches(s, f)
+        ]
         got = [s.id for s in _all(fresh, f, limit=2)]
         assert got == expected, criteria
         assert expected, f"{criteria} should match something"
