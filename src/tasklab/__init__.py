@@ -6,6 +6,7 @@ The public API; everything else is internal and may change.
 from tasklab.app import TaskApp
 from tasklab.config import Settings
 from tasklab.core.context import Effect, TaskContext
+from tasklab.core.filters import TaskFilter
 from tasklab.core.models import (
     CancelOutcome,
     ErrorInfo,
@@ -24,6 +25,7 @@ from tasklab.errors import (
     QueueFull,
     ShuttingDown,
     TasklabError,
+    TaskLive,
     TaskNotFound,
     UnknownTask,
     WorkerAlive,
@@ -54,6 +56,8 @@ __all__ = [
     "State",
     "TaskApp",
     "TaskContext",
+    "TaskFilter",
+    "TaskLive",
     "TaskNotFound",
     "TaskSnapshot",
     "TasklabError",

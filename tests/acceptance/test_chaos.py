@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import time
 from collections import defaultdict
 
 from tasklab import State
 from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
 from tests.conftest import make_app
+from tests.helpers.chaos import kill_as_they_end
 
 N = 2000
 WORKERS = 4
@@ -45,28 +45,17 @@ def test_random_sigkills_of_workers_leave_a_truthful_store(store_url):
     ids += app.submit_many("t.mark_unsafe", [{"n": i, "ms": 70} for i in range(half, N)])
     rnd = random.Random(2026)
     workers = [spawn(store_url) for _ in range(WORKERS)]
-    kills = 0
-    # inside pytest-timeout's 120 s (the run takes ~10-15 s here), so this test fails
-    # with its own message, not a timeout's traceback
-    deadline = time.monotonic() + 90
+    # a kill each time another ~10 % of the tasks has ended: eight in every run, however
+    # fast the drain (inside pytest-timeout's 120 s: this test fails with its own message)
     try:
-        while time.monotonic() < deadline:
-            counts = app.counts()
-            if counts["queued"] + counts["running"] + counts["cancel_requested"] == 0:
-                break
-            time.sleep(rnd.uniform(0.2, 0.5))
-            if kills < 8 and counts["queued"] > 0:
-                victim = rnd.randrange(WORKERS)
-                workers[victim].send_signal(signal.SIGKILL)
-                assert reap(workers[victim]) == -9
-                kills += 1
-                workers[victim] = spawn(store_url)
+        at = [N * k // 10 for k in range(1, 9)]
+        killed = kill_as_they_end(app, N, workers, lambda: spawn(store_url), at, rnd)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
         codes = [reap(w) for w in workers]
     assert codes == [0] * WORKERS
-    assert kills >= 5
+    assert len(killed) == 8
     counts = app.counts()
     assert counts["queued"] == counts["running"] == counts["cancel_requested"] == 0, counts
 

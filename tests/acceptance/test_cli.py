@@ -48,6 +48,7 @@ def test_submit_prints_the_id_and_json_shapes(db):
         "unique_key",
         "parent_id",
         "wait",
+        "retry_of",
         "run_after",
         "created_at",
         "started_at",

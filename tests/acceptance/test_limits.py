@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests.acceptance.test_sigkill import APP, ROOT, TASKLAB, env
 from tests.conftest import make_app, wait_for
+from tests.helpers.chaos import kill_as_they_end
 from tests.helpers.ledger import most_at_once, most_at_once_per_key, runs
 
 
@@ -136,39 +137,27 @@ def test_chaos_in_limited_queues_with_keys_never_exceeds_a_limit(store_url, tmp_
     app.configure_queue("lim_b", concurrency=5)
     path = tmp_path / "ledger"
     ids = app.submit_many(
-        "t.run_log", [{"path": str(path), "n": i, "ms": 15} for i in range(250)], queue="lim_a"
+        "t.run_log", [{"path": str(path), "n": i, "ms": 30} for i in range(250)], queue="lim_a"
     )
     ids += app.submit_many(
-        "t.run_log", [{"path": str(path), "n": i, "ms": 15} for i in range(250, 500)], queue="lim_b"
+        "t.run_log", [{"path": str(path), "n": i, "ms": 30} for i in range(250, 500)], queue="lim_b"
     )
     for i in range(500, 1000):
         key = f"c{i % 7}"
         queue = "lim_a" if i % 2 else "lim_b"
-        payload = {"path": str(path), "n": i, "ms": 15, "key": f"{queue}/{key}"}
+        payload = {"path": str(path), "n": i, "ms": 30, "key": f"{queue}/{key}"}
         ids.append(app.submit("t.run_log_keyed", payload, queue=queue, concurrency_key=key))
     rnd = random.Random(7)
     workers = [spawn(store_url, lease=1.0) for _ in range(4)]
-    killed: dict[int, float] = {}
-    kills = 0
-    deadline = time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline:
-            counts = app.counts()
-            if counts["queued"] + counts["running"] + counts["cancel_requested"] == 0:
-                break
-            time.sleep(rnd.uniform(0.3, 0.7))
-            if kills < 6 and counts["queued"] > 0:
-                victim = rnd.randrange(len(workers))
-                workers[victim].send_signal(signal.SIGKILL)
-                killed[workers[victim].pid] = time.time()
-                assert workers[victim].wait(10) == -9
-                workers[victim].stderr.close()  # type: ignore[union-attr]
-                kills += 1
-                workers[victim] = spawn(store_url, lease=1.0)
+    try:  # a kill each time another ~10 % of the tasks has ended: six in every run
+        at = [50, 150, 250, 350, 450, 550]
+        killed = kill_as_they_end(
+            app, len(ids), workers, lambda: spawn(store_url, lease=1.0), at, rnd
+        )
     finally:
         codes = stop(workers)
     assert codes == [0, 0, 0, 0]
-    assert kills >= 4
+    assert len(killed) == 6
     assert all(app.query(t).terminal for t in ids)
     found = runs(path, killed_at=killed)
     by_queue = {"lim_a": [], "lim_b": []}  # type: ignore[var-annotated]

@@ -10,7 +10,7 @@ import sys
 from tasklab.edges.cli.common import cli, parse_age
 
 # each module registers its commands on `cli`, in the order `--help` lists them
-for _group in ("tasks", "run", "queues", "webhooks", "bench"):
+for _group in ("tasks", "operations", "run", "queues", "webhooks", "bench"):
     importlib.import_module(f"tasklab.edges.cli.{_group}")
 
 

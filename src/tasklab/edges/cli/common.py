@@ -23,6 +23,7 @@ from tasklab.errors import (
     IdempotencyConflict,
     InvalidPayload,
     TasklabError,
+    TaskLive,
     TaskNotFound,
     TaskTerminal,
     UnknownTask,
@@ -100,6 +101,7 @@ BAD_INPUT = (
     IdempotencyConflict,
     TaskNotFound,
     TaskTerminal,
+    TaskLive,
     ValueError,
 )
 T = TypeVar("T")

@@ -1,4 +1,5 @@
-"""Commands on tasks: submit, status, list, cancel, recover, stats, prune, watch."""
+"""Commands on tasks: submit, status, recover, stats, prune, watch (list, cancel and
+retry: operations.py)."""
 
 from __future__ import annotations
 
@@ -80,75 +81,6 @@ def status(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJs
     """Show one task."""
     with _app(db, app) as a:
         _print_task(_guard(lambda: a.query(task_id)), as_json)
-
-
-@cli.command("list")
-def list_(
-    state: Annotated[str | None, typer.Option("--state")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
-    cursor: Annotated[str | None, typer.Option("--cursor")] = None,
-    parent: Annotated[str | None, typer.Option("--parent", help="Only its children.")] = None,
-    db: Db = DEFAULT_DB,
-    app: AppSpec = None,
-    as_json: AsJson = False,
-) -> None:
-    """List tasks, newest first."""
-    with _app(db, app) as a:
-        if parent is not None:
-            page = _guard(lambda: a.children(parent, limit, cursor))
-        else:
-            page = _guard(lambda: a.list(state, limit, cursor))
-        if as_json:
-            out.print_json(
-                json.dumps(
-                    {
-                        "items": [s.to_json(payload=False) for s in page.items],
-                        "next_cursor": page.next_cursor,
-                    }
-                )
-            )
-            return
-        table = Table()
-        # the id whole on one line (users copy it); the others give way in a narrow terminal
-        table.add_column("id", no_wrap=True, min_width=24)
-        table.add_column("task", overflow="fold")
-        table.add_column("state", no_wrap=True)
-        table.add_column("attempt", no_wrap=True)
-        table.add_column("created (UTC)", overflow="fold", max_width=19)
-        table.add_column("error", overflow="fold")
-        for s in page.items:
-            table.add_row(
-                s.id,
-                s.task,
-                s.state.value,
-                f"{s.attempt}/{s.max_attempts}",
-                s.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                s.error.code if s.error else "",
-            )
-        out.print(table)
-        if page.next_cursor:
-            out.print(f"more: --cursor {page.next_cursor}")
-
-
-@cli.command()
-def cancel(task_id: str, db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> None:
-    """Cancel a task: queued → cancelled, running → cancel_requested."""
-    with _app(db, app) as a:
-        outcome = _guard(lambda: a.cancel(task_id))
-        snap = a.query(task_id)
-        if as_json:
-            out.print_json(
-                json.dumps(
-                    {
-                        "request_accepted": outcome.request_accepted,
-                        "task": snap.to_json(),
-                    }
-                )
-            )
-        else:
-            print(
-                f"request_accepted={str(outcome.request_accepted).lower()} state={snap.state.value}"
-            )
 
 
 @cli.command()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from tasklab.core.queueing import SubmitOptions
 from tasklab.edges.http.body import read_json
 from tasklab.edges.http.errors import HTTPError, error_response, from_tasklab
+from tasklab.edges.http.operations import operation_routes
 from tasklab.edges.http.queues import queue_routes
 from tasklab.edges.http.state import ServerState, SubmitBody
 from tasklab.edges.http.streaming import EventStreamResponse, StreamLimiter
@@ -57,6 +58,7 @@ def create_app(state: ServerState) -> FastAPI:
     protected = APIRouter(dependencies=[Depends(_auth(state))])
     _task_routes(protected, state)
     queue_routes(protected, state)
+    operation_routes(protected, state)
     wait_routes(protected, state)
     api.include_router(protected)
 
@@ -194,26 +196,6 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
         # served by SubmitFastPath in front of the framework; here for OpenAPI and for
         # an app used without that wrapper
         return await submit_response(state, request)
-
-    @r.get("/tasks")
-    async def list_tasks(
-        state_: Annotated[str | None, Query(alias="state")] = None,
-        limit: int = 100,
-        cursor: str | None = None,
-        parent_id: str | None = None,
-    ) -> JSONResponse:
-        if not 1 <= limit <= 1000:
-            raise HTTPError(422, "bad_request", "limit must be from 1 to 1000")
-        if parent_id is not None:  # the children of one task
-            page = await state.db(app.children, parent_id, limit, cursor)
-        else:
-            page = await state.db(app.list, state_, limit, cursor)
-        return JSONResponse(
-            {
-                "items": [s.to_json(payload=False) for s in page.items],
-                "next_cursor": page.next_cursor,
-            }
-        )
 
     @r.get("/tasks/counts")
     async def counts() -> JSONResponse:

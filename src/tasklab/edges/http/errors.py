@@ -11,6 +11,7 @@ from tasklab.errors import (
     SessionLost,
     ShuttingDown,
     TasklabError,
+    TaskLive,
     TaskNotFound,
     TaskTerminal,
     UnknownTask,
@@ -19,6 +20,7 @@ from tasklab.errors import (
 STATUS: list[tuple[type[TasklabError], int]] = [
     (TaskNotFound, 404),
     (TaskTerminal, 409),
+    (TaskLive, 409),
     (IdempotencyConflict, 409),
     (InvalidPayload, 422),
     (UnknownTask, 422),

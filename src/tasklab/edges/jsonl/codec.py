@@ -8,7 +8,8 @@ from typing import Any
 
 from tasklab.core.jsontext import NotJSON, loads
 
-OPS = ("submit", "query", "cancel")
+OPS = ("submit", "query", "cancel", "retry", "cancel_where", "retry_where")
+BULK = ("cancel_where", "retry_where")  # {"filter": {...}, "dry_run"?: bool, "batch"?: int}
 
 
 class BadRequest(Exception):
@@ -43,6 +44,11 @@ def parse(line: bytes) -> Request:
             raise BadRequest("bad_request", "submit needs 'task' (a string)")
         if not isinstance(doc.get("payload", {}), dict):
             raise BadRequest("invalid_payload", "payload must be a JSON object")
+    elif op in BULK:
+        if not isinstance(doc.get("filter"), dict):
+            raise BadRequest("bad_request", f"{op} needs 'filter' (an object of criteria)")
+        if not isinstance(doc.get("dry_run", False), bool):
+            raise BadRequest("bad_request", "dry_run must be true or false")
     elif not isinstance(doc.get("id"), str):
         raise BadRequest("bad_request", f"{op} needs 'id' (a string)")
     return Request(op, doc)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tasklab._types import ToThread
 from tasklab.app import TaskApp
+from tasklab.core.filters import TaskFilter
 from tasklab.core.queueing import SubmitOptions
 from tasklab.edges.budget import ByteBudget
 from tasklab.edges.http.protocol import LogOncePerSecond
@@ -190,6 +191,14 @@ class JsonLinesServer:
         if request.op == "query":
             snap = await self.db(app.query, doc["id"])
             return codec.ok(task=snap.to_json())
+        if request.op == "retry":
+            new = await self.db(app.retry, doc["id"])
+            return codec.ok(id=new, task=(await self.db(app.query, new)).to_json())
+        if request.op in codec.BULK:
+            where = TaskFilter.of(**doc["filter"])
+            action = app.cancel_where if request.op == "cancel_where" else app.retry_where
+            options = {"dry_run": doc.get("dry_run", False), "batch": doc.get("batch", 500)}
+            return codec.ok(**await self.db(lambda: action(where, **options)))
         out = await self.db(app.cancel, doc["id"])
         snap = await self.db(app.query, doc["id"])
         return codec.ok(request_accepted=out.request_accepted, task=snap.to_json())
