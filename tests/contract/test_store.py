@@ -421,9 +421,9 @@ def test_counters_and_workers(store, reader):
     store.bump("rejected_stale_writes", 2)
     assert reader.counters()["rejected_stale_writes"] == 2
     store.register_worker("w-1")
-    assert [w["id"] for w in reader.workers()] == ["w-1"]
+    assert [(w["id"], w["state"]) for w in reader.workers()] == [("w-1", "live")]
     store.unregister_worker("w-1")
-    assert reader.workers() == []
+    assert [(w["id"], w["state"]) for w in reader.workers()] == [("w-1", "stopped")]
 
 
 def test_request_bound_tasks_are_claimed_only_by_their_request(store, reader):

@@ -184,6 +184,16 @@ class NewTask:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """What an executor says of itself in its row (SPEC §9: workers you can see)."""
+
+    owner: str = ""  # the lease owner its claims write, `<owner>#<n>`
+    runner: str = ""
+    queues: list[str] | None = None  # None: every queue
+    slots: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """How an attempt ended, as the executor saw it; the store turns it into a state.
 

@@ -19,7 +19,7 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tasklab.core.models import Claim, ClaimRequest
+from tasklab.core.models import Claim, ClaimRequest, WorkerInfo
 from tasklab.core.queueing import check_queue
 from tasklab.core.states import CancelReason
 from tasklab.engine import as_engine
@@ -27,7 +27,7 @@ from tasklab.errors import QueueFull, SessionLost, ShuttingDown, TasklabError
 from tasklab.runners import default_concurrency, make_runner
 from tasklab.service.retention import Retention
 from tasklab.service.scheduler import Scheduler
-from tasklab.store.roles import Leases, Recovery, Signals
+from tasklab.store.roles import Leases, Recovery, Signals, Workers
 
 if TYPE_CHECKING:
     from tasklab.engine import EngineLike
@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("tasklab.worker")
 
 RATE_POLL = 0.05  # seconds between idle claims while a limited queue exists
+WORKER_ROWS_KEPT = 24 * 3600.0  # seconds a stopped or dead worker's row stays visible
 
 
-class _WorkerStore(Leases, Recovery, Signals, Protocol):
+class _WorkerStore(Leases, Recovery, Signals, Workers, Protocol):
     """The store roles used here: claims, the reaper and the workers table, wake-ups."""
 
 
@@ -66,6 +67,7 @@ class Worker:
             runner, engine, workers=self.concurrency, backlog=backlog, pin_cpu=pin_cpu
         )
         self.pin_cpu = pin_cpu
+        self.runner_name = runner
         self.id = f"{engine.owner}:{uuid.uuid4().hex[:6]}"
         wanted = names or engine.registry.names()
         specs = [engine.registry.get(n) for n in wanted]
@@ -87,7 +89,8 @@ class Worker:
     # ---- lifetime ------------------------------------------------------------------
     def start(self) -> Worker:
         self.runner.__enter__()  # takes the liveness lock for as long as we run
-        self.store.register_worker(self.id)
+        info = WorkerInfo(self.engine.owner, self.runner_name, self.queues, self.concurrency)
+        self.store.register_worker(self.id, info)
         if self.runner.adopts and self.leased_names:
             self.engine.finisher.refillers.append(self)
         self._thread = threading.Thread(target=self._loop, name="tasklab-claim-loop", daemon=True)
@@ -205,6 +208,8 @@ class Worker:
                 now = time.monotonic()
                 if now >= next_reap:
                     self._renew_waiting()
+                    # alive, for people; a row whose beat is a lease old is marked dead
+                    store.worker_heartbeat(self.id, settings.lease, WORKER_ROWS_KEPT)
                     store.expire(settings.backoff)
                     store.maintain()
                     next_reap = now + settings.reap_every

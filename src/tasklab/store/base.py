@@ -24,6 +24,7 @@ from tasklab.store.roles import (
     Submits,
     TaskReads,
     Waits,
+    Workers,
 )
 
 # What `Store.prune` deletes, table by table, in this order (deliveries are found
@@ -44,6 +45,7 @@ class Store(
     Outbox,
     Retention,
     Signals,
+    Workers,
     Protocol,
 ):
     """Every role, and the store's own lifetime."""

@@ -29,6 +29,7 @@ from tasklab.core.models import (
     Outcome,
     Page,
     TaskSnapshot,
+    WorkerInfo,
 )
 from tasklab.core.policy import Backoff
 from tasklab.core.queueing import KEEP, Keep, Rate
@@ -163,17 +164,23 @@ class Effects(Protocol):
 
 
 class Recovery(Protocol):
-    """Expired leases, exclusive recovery, and who executes."""
+    """Expired leases, exclusive recovery, and who executes (the liveness lock)."""
 
     def expire(self, backoff: Backoff) -> list[str]: ...
     def recover_running(self, backoff: Backoff) -> list[str]: ...
     def executor_presence(self) -> AbstractContextManager[None]: ...
-    def register_worker(self, worker_id: str) -> None: ...
-    def unregister_worker(self, worker_id: str) -> None: ...
-    def workers(self) -> list[dict[str, JSON]]: ...
     def maintain(self) -> None:
         """Housekeeping a queue's churn needs (PostgreSQL: vacuum when autovacuum does
         not keep up); called at the reaper's pace, never blocks."""
+
+
+class Workers(Protocol):
+    """Executors' rows, for people: what each is, its heartbeat, how it ended."""
+
+    def register_worker(self, worker_id: str, info: WorkerInfo | None = None) -> None: ...
+    def worker_heartbeat(self, worker_id: str, dead_after: float, keep: float) -> None: ...
+    def unregister_worker(self, worker_id: str) -> None: ...
+    def workers(self) -> list[dict[str, JSON]]: ...
 
 
 class Outbox(Protocol):

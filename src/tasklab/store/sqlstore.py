@@ -15,6 +15,7 @@ from tasklab.store.shared.schedules import SqlSchedules
 from tasklab.store.shared.search import SqlSearch
 from tasklab.store.shared.submits import SqlSubmits
 from tasklab.store.shared.waits import SqlWaits
+from tasklab.store.shared.workers import SqlWorkers
 
 __all__ = ["SqlCore", "SqlStore", "lease_lost"]
 
@@ -31,5 +32,6 @@ class SqlStore(
     SqlRecovery,
     SqlOutbox,
     SqlRetention,
+    SqlWorkers,
 ):
     """Every role; the dialect hooks (`SqlCore`) are the subclass's."""

@@ -1,4 +1,4 @@
-"""Commands on tasks: submit, status, recover, stats, prune, watch (list, cancel and
+"""Commands on tasks: submit, status, recover, stats, workers, prune, watch (list, cancel and
 retry: operations.py)."""
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
             table.add_row(f"tasks {k}", str(v))
         for k, v in doc["counters"].items():
             table.add_row(k, str(v))
-        table.add_row("live workers (registered)", str(len(doc["workers"])))
+        live = [w for w in doc["workers"] if w["state"] == "live"]
+        table.add_row("live workers (heartbeat rows)", str(len(live)))
         for q in doc["queues"]:
             paused = ", paused" if q["paused"] else ""
             table.add_row(
@@ -124,6 +125,34 @@ def stats(db: Db = DEFAULT_DB, app: AppSpec = None, as_json: AsJson = False) -> 
                 f"{q['claimed']:,} claimed{paused}",
             )
         out.print(table)
+
+
+@cli.command()
+def workers(db: Db = DEFAULT_DB, as_json: AsJson = False) -> None:
+    """Every executor's row: host, pid, runner, queues, slots, started, last heartbeat,
+    state (live, stopped, dead) and what it runs now."""
+    with _app(db, None) as a:
+        rows = _guard(a.workers)
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for name in ("state", "host / pid", "runner", "queues", "slots", "heartbeat (UTC)", "running"):
+        table.add_column(name, overflow="fold")
+    for w in rows:
+        running = w["running"]
+        table.add_row(
+            str(w["id"]),
+            str(w["state"]),
+            f"{w['host']} / {w['pid']}",
+            str(w["runner"] or ""),
+            ", ".join(w["queues"]) if w["queues"] else "all",
+            str(w["slots"] or ""),
+            str(w["heartbeat_at"] or "")[:19].replace("T", " "),
+            ", ".join(f"{t['task']} {t['id']}" for t in running) or "",
+        )
+    out.print(table)
 
 
 @cli.command()

@@ -1,4 +1,4 @@
-"""The operator routes (SPEC §9): `GET /tasks` with search filters, `POST
+"""The operator routes (SPEC §9): `GET /tasks` with search filters, `GET /workers`, `POST
 /tasks/{id}/retry`, and the bulk actions `POST /tasks/cancel` / `POST /tasks/retry`
 with `{filter, dry_run}`, answering the counts (the batches run in a worker thread,
 each its own short transaction)."""
@@ -54,6 +54,11 @@ def operation_routes(r: APIRouter, state: ServerState) -> None:
                 "next_cursor": page.next_cursor,
             }
         )
+
+    @r.get("/workers")
+    async def workers() -> JSONResponse:
+        """Every executor's row (live, stopped, dead) with what it runs now."""
+        return JSONResponse({"items": await state.db(app.workers)})
 
     @r.post("/tasks/{task_id}/retry", status_code=201)
     async def retry(task_id: str, request: Request) -> JSONResponse:

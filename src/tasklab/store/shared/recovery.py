@@ -1,13 +1,8 @@
-"""Recovery: the reaper, exclusive recovery, the workers table."""
+"""Recovery: the reaper, exclusive recovery (which marks every live worker row dead)."""
 
 from __future__ import annotations
 
-import os
-
-from tasklab.core.models import (
-    JSON,
-    Expired,
-)
+from tasklab.core.models import Expired
 from tasklab.core.policy import Backoff, expiry_outcome, settle
 from tasklab.core.states import State
 from tasklab.store.shared.core import SqlCore
@@ -59,18 +54,3 @@ class SqlRecovery(SqlCore):
                         resolved.append(task.task_id)
             if len(rows) < 500:
                 return resolved
-
-    def register_worker(self, worker_id: str) -> None:
-        with self._write() as conn:
-            self._x(
-                conn, "register_worker", id=worker_id, host=os.uname().nodename, pid=os.getpid()
-            )
-
-    def unregister_worker(self, worker_id: str) -> None:
-        with self._write() as conn:
-            self._x(conn, "unregister_worker", id=worker_id)
-
-    def workers(self) -> list[dict[str, JSON]]:
-        with self._read() as conn:
-            rows = self._all(conn, "list_workers")
-        return [{"id": r["id"], "host": r["host"], "pid": r["pid"]} for r in rows]

@@ -316,20 +316,40 @@ ON CONFLICT (name) DO UPDATE SET value = counters.value + EXCLUDED.value;
 SELECT name, value FROM counters;
 
 -- name: register_worker
--- An executor announces itself (liveness is the advisory lock, this row is for people).
-INSERT INTO workers (id, host, pid, started_at) VALUES (:id, :host, :pid, clock_timestamp());
+-- An executor announces itself: what it is, and its first heartbeat.
+INSERT INTO workers (id, host, pid, started_at, owner, runner, queues, slots, heartbeat_at)
+VALUES (:id, :host, :pid, clock_timestamp(), :owner, :runner, :queues, :slots, clock_timestamp());
+
+-- name: heartbeat_worker
+-- An executor is alive (a row found dead by mistake, a stalled one, lives again).
+UPDATE workers SET heartbeat_at = clock_timestamp(), ended = NULL, ended_at = NULL
+WHERE id = :id AND ended IS DISTINCT FROM 'stopped';
+
+-- name: mark_dead_workers
+-- Executors whose heartbeat is older than :after seconds are presumed dead.
+UPDATE workers SET ended = 'dead', ended_at = clock_timestamp()
+WHERE ended IS NULL AND heartbeat_at < clock_timestamp() - make_interval(secs => CAST(:after AS DOUBLE PRECISION));
+
+-- name: prune_workers
+-- Rows of executors that ended more than :keep seconds ago.
+DELETE FROM workers WHERE ended_at < clock_timestamp() - make_interval(secs => CAST(:keep AS DOUBLE PRECISION));
 
 -- name: unregister_worker
--- An executor leaves.
-DELETE FROM workers WHERE id = :id;
+-- An executor leaves (the row is kept a while, marked stopped).
+UPDATE workers SET ended = 'stopped', ended_at = clock_timestamp() WHERE id = :id;
 
 -- name: clear_workers
--- Exclusive recovery: no executor holds the lock, so every row is stale.
-DELETE FROM workers;
+-- Exclusive recovery: no executor holds the lock, so every live row is stale.
+UPDATE workers SET ended = 'dead', ended_at = clock_timestamp() WHERE ended IS NULL;
 
 -- name: list_workers
--- Registered executors.
-SELECT id, host, pid, started_at FROM workers ORDER BY started_at;
+-- Every executor's row, newest first.
+SELECT * FROM workers ORDER BY started_at DESC, id;
+
+-- name: running_tasks
+-- What runs now, and whose claim it is (tasks_live: the running tasks only).
+SELECT id, task, lease_owner, started_at, lease_until FROM tasks
+WHERE state IN ('running', 'cancel_requested') ORDER BY started_at;
 
 -- name: outbox_pending
 -- Deliveries due for a URL, oldest first (rows made with each notification).
