@@ -109,6 +109,12 @@ class PostgresStore(SqlStore):
             yield conn
 
     @contextmanager
+    def _walking(self) -> Iterator[Any]:
+        with self._session(transaction=True) as conn:
+            conn.execute(self.q["ordered_reads"])
+            yield conn
+
+    @contextmanager
     def _write(self) -> Iterator[Any]:
         with self._session(transaction=True) as conn:
             yield conn

@@ -1,4 +1,4 @@
-"""`tasklab bench queue|runners|serve`: numbers with their conditions."""
+"""`tasklab bench queue|runners|serve|search`: numbers with their conditions."""
 
 from __future__ import annotations
 
@@ -200,3 +200,47 @@ def bench_serve(
     from tasklab.bench.tables import serve_table
 
     _report(as_json, report.to_json(), lambda: serve_table(report), report.conditions)
+
+
+@bench.command("search")
+def bench_search(
+    db: Db = DEFAULT_DB,
+    n: Annotated[int, typer.Option("--n", min=1000)] = 100_000,
+    as_json: AsJson = False,
+) -> None:
+    """Every search filter on a store of N tasks (an empty database): the plan chosen
+    for its first page and how long a page takes, first and after ten pages."""
+    import os
+    import platform
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from tasklab.bench import search
+    from tasklab.redact import redact
+
+    with Progress(
+        TextColumn("filling"), BarColumn(), MofNCompleteColumn(), console=err, transient=True
+    ) as p:
+        bar = p.add_task("fill", total=n)
+        doc = _guard(lambda: search.run(db, n, lambda done: p.update(bar, completed=done)))
+    conditions = {
+        "db": redact(db),
+        "n": n,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "page": 50,
+    }
+
+    def table() -> Table:
+        t = Table("filter", "first page", "11th page", "plan", title=f"search, {n:,} tasks")
+        for name, m in doc.items():
+            deep = f"{m['deep_page_ms']} ms" if m["deep_page_ms"] is not None else "-"
+            plan = " / ".join(
+                line.strip()
+                for line in m["plan"]
+                if "Scan" in line or "SCAN" in line or "SEARCH" in line
+            )
+            t.add_row(name, f"{m['first_page_ms']} ms", deep, plan)
+        return t
+
+    _report(as_json, {"conditions": conditions, "filters": doc}, table, conditions)

@@ -3,6 +3,7 @@ ids a bulk action takes batch by batch, and retries made of ended tasks."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from tasklab.core.filters import TaskFilter
@@ -20,7 +21,7 @@ class SqlSearch(SqlCore):
     def search(self, f: TaskFilter, limit: int, cursor: str | None) -> Page:
         limit = max(1, min(int(limit), 1000))
         sql, params = self._filtered("search_tasks", f, cursor=decode_cursor(cursor))
-        with self._read() as conn:
+        with self._ordered_read(f) as conn:
             rows = list(conn.execute(sql, {**params, "limit": limit + 1}).fetchall())
         items = [self._snapshot(r) for r in rows[:limit]]
         more = len(rows) > limit
@@ -40,8 +41,15 @@ class SqlSearch(SqlCore):
     ) -> list[str]:
         """Up to `limit` ids matching, newest first, older than `before`."""
         sql, params = self._filtered("search_ids", f, cursor=before, not_retried=not_retried)
-        with self._read() as conn:
+        with self._ordered_read(f) as conn:
             return [r["id"] for r in conn.execute(sql, {**params, "limit": limit}).fetchall()]
+
+    def search_plan(self, f: TaskFilter, limit: int = 50) -> list[str]:
+        """The database's plan for the first page of this search, a line per node."""
+        sql, params = self._filtered("search_tasks", f)
+        with self._ordered_read(f) as conn:
+            rows = conn.execute(f"{self.q['explain']} {sql}", {**params, "limit": limit})
+            return [str(r["detail"] if "detail" in r.keys() else r["QUERY PLAN"]) for r in rows]
 
     def retry_many(self, sources: list[str], keys: list[str | None]) -> dict[str, str]:
         """A new queued task made of each ended source, in one transaction; source id
@@ -56,6 +64,14 @@ class SqlSearch(SqlCore):
             made = self._all(conn, "retry_tasks", **self._rows_param(rows))
         return {r["retry_of"]: r["id"] for r in made}
 
+    def _ordered_read(self, f: TaskFilter) -> AbstractContextManager[Any]:
+        """A read whose plans walk an index in order (PostgreSQL: `_walking`). An
+        idempotency key names one task at most: nothing to walk, its index finds it."""
+        return self._read() if f.idempotency_key is not None else self._walking()
+
+    def _walking(self) -> AbstractContextManager[Any]:
+        return self._read()
+
     def _filtered(
         self,
         query: str,
@@ -67,7 +83,9 @@ class SqlSearch(SqlCore):
         """The query with the filter's terms in it, and their parameters."""
         terms: list[str] = []
         params: dict[str, Any] = {}
-        if f.state is not None:
+        if f.state is State.QUEUED:
+            terms.append(self.q["filter_queued"])
+        elif f.state is not None:
             terms.append(self.q["filter_state"].replace("{state}", State(f.state).value))
         for name in _EQUALS:
             value = getattr(f, name)

@@ -48,23 +48,23 @@ RETURNING id, created_at, run_after;
 -- idempotency key inserts nothing (the caller reads those by `tasks_by_keys`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit, idempotency_key)
+                   concurrency_key, concurrency_limit, idempotency_key, parent_id)
 SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
        t.timeout,
        COALESCE(t.run_at, clock_timestamp() + make_interval(secs => COALESCE(t.delay, 0))),
        clock_timestamp(), t.queue, t.priority,
        COALESCE(t.run_at > clock_timestamp(), COALESCE(t.delay, 0) > 0),
-       t.concurrency_key, t.concurrency_limit, t.idempotency_key
+       t.concurrency_key, t.concurrency_limit, t.idempotency_key, t.parent_id
 FROM unnest(CAST(:id AS TEXT[]), CAST(:task AS TEXT[]), CAST(:payload AS TEXT[]),
             CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
             CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]),
             CAST(:queue AS TEXT[]), CAST(:priority AS INTEGER[]),
             CAST(:run_at AS TIMESTAMPTZ[]), CAST(:delay AS DOUBLE PRECISION[]),
             CAST(:concurrency_key AS TEXT[]), CAST(:concurrency_limit AS INTEGER[]),
-            CAST(:idempotency_key AS TEXT[]))
+            CAST(:idempotency_key AS TEXT[]), CAST(:parent_id AS TEXT[]))
      WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
                           timeout, queue, priority, run_at, delay, concurrency_key,
-                          concurrency_limit, idempotency_key, n)
+                          concurrency_limit, idempotency_key, parent_id, n)
 ORDER BY t.n
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
@@ -639,8 +639,13 @@ SELECT id FROM tasks WHERE true {terms} ORDER BY id DESC LIMIT :limit;
 SELECT COUNT(*) AS n FROM tasks WHERE true {terms};
 
 -- name: filter_state
--- One state, written as a literal (a closed set) so that the partial indexes apply.
-AND state = '{state}'
+-- One ended or running state, as a literal (a closed set), with the term that lets the
+-- planner see that tasks_by_state (which leaves queued tasks out) holds these rows.
+AND state = '{state}' AND state <> 'queued'
+
+-- name: filter_queued
+-- Queued tasks (tasks_queued).
+AND state = 'queued'
 
 -- name: filter_task
 -- One task name (tasks_by_task).
@@ -692,3 +697,13 @@ WHERE t.state IN ('succeeded', 'failed', 'cancelled')
 ORDER BY r.n
 ON CONFLICT DO NOTHING
 RETURNING id, retry_of;
+
+-- name: explain
+-- The prefix that makes a statement answer its plan (the search bench and tests).
+EXPLAIN
+
+-- name: ordered_reads
+-- A search's transaction walks its index in id order and stops at the page's end,
+-- whatever the statistics say: stale ones (a table filled since the last ANALYZE, or
+-- analysed while empty) would price a bitmap scan and a sort of every match cheaper.
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true);

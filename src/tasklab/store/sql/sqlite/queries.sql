@@ -37,7 +37,7 @@ RETURNING id, created_at, run_after;
 -- before an upsert clause.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit, idempotency_key)
+                   concurrency_key, concurrency_limit, idempotency_key, parent_id)
 SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        value ->> 'max_attempts', value ->> 'retry_safe', value ->> 'request_bound',
        value ->> 'timeout',
@@ -45,7 +45,8 @@ SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        julianday('now'), value ->> 'queue', value ->> 'priority',
        COALESCE(value ->> 'run_at', julianday('now') + COALESCE(value ->> 'delay', 0) / 86400.0)
            > julianday('now'),
-       value ->> 'concurrency_key', value ->> 'concurrency_limit', value ->> 'idempotency_key'
+       value ->> 'concurrency_key', value ->> 'concurrency_limit', value ->> 'idempotency_key',
+       value ->> 'parent_id'
 FROM json_each(:rows) WHERE true ORDER BY key
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
@@ -596,8 +597,13 @@ SELECT id FROM tasks WHERE true {terms} ORDER BY id DESC LIMIT :limit;
 SELECT COUNT(*) AS n FROM tasks WHERE true {terms};
 
 -- name: filter_state
--- One state, written as a literal (a closed set) so that the partial indexes apply.
-AND state = '{state}'
+-- One ended or running state, as a literal (a closed set), with the term that lets the
+-- planner see that tasks_by_state (which leaves queued tasks out) holds these rows.
+AND state = '{state}' AND state <> 'queued'
+
+-- name: filter_queued
+-- Queued tasks (tasks_queued).
+AND state = 'queued'
 
 -- name: filter_task
 -- One task name (tasks_by_task).
@@ -647,3 +653,7 @@ WHERE t.state IN ('succeeded', 'failed', 'cancelled')
 ORDER BY r.key
 ON CONFLICT DO NOTHING
 RETURNING id, retry_of;
+
+-- name: explain
+-- The prefix that makes a statement answer its plan (the search bench and tests).
+EXPLAIN QUERY PLAN
