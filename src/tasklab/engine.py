@@ -31,7 +31,7 @@ from tasklab.core.schedules import ScheduleDef
 from tasklab.core.states import CancelReason, State
 from tasklab.core.submitting import prepare
 from tasklab.errors import InvalidPayload, LeaseLost, SessionLost, TasklabError
-from tasklab.execution import Execution
+from tasklab.execution import Execution, attempt_event
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.retrying import retried
@@ -243,7 +243,7 @@ class Engine:
     def _transactional_body(self, spec: TaskDef) -> Callable[[Any, Claim], Outcome]:
         def body(port: Any, claim: Claim) -> Outcome:
             ctx = TaskContext(_TxContextPort(port, claim, self.data_dir))
-            ctx._port.add_event("attempt", {"attempt": claim.attempt})
+            ctx._port.add_event("attempt", attempt_event(claim, self.settings.lease))
             ending = call_ending(spec.fn, ctx, **claim.payload)
             facts = AttemptFacts(
                 spec.retry_on, claim.attempt, claim.max_attempts, self.settings.backoff

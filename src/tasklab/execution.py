@@ -92,7 +92,7 @@ class Execution:
         first = (
             ["resumed", {"attempt": claim.attempt, "after": claim.resumed}]
             if claim.resumed
-            else ["attempt", {"attempt": claim.attempt}]
+            else ["attempt", attempt_event(claim, engine.settings.lease)]
         )
         self._buf: list[list[Any]] = [first]
         self._buf_bytes = 0
@@ -330,6 +330,16 @@ class Execution:
         return None if outcome is None else self.settle(outcome)
 
     def settle(self, outcome: Outcome) -> State | None:
+        if outcome.kind == "retry" and outcome.error is not None:  # the timeline's outcome
+            self.add_event(
+                "retry",
+                {
+                    "attempt": self.attempt,
+                    "error": outcome.error.code,
+                    "message": outcome.error.message[:500],
+                    "delay": outcome.retry_delay,
+                },
+            )
         if outcome.kind == "suspend" and outcome.wait is not None:  # streamed before it ends
             wait = outcome.wait
             self.add_event(
@@ -358,3 +368,9 @@ class Execution:
                 self.request_stop(None)
                 self.engine.count("terminal_write_failures")
                 return None
+
+
+def attempt_event(claim: Claim, lease: float) -> dict[str, Any]:
+    """An attempt's first event: which claim runs it (its epoch and lease owner) and
+    for how long a lease lasts — the console's timeline of attempts."""
+    return {"attempt": claim.attempt, "epoch": claim.epoch, "worker": claim.owner, "lease": lease}

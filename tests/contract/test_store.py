@@ -261,8 +261,12 @@ def test_old_worker_after_reassignment_is_fenced_out(store, reader):
     assert store.finish(new_claim, Outcome.returned("new result"), []) is State.SUCCEEDED
     got = reader.get(snap.id)
     assert got.result == "new result"
-    events = reader.events(snap.id)
-    assert [e.data for e in events] == [{"by": "old"}]
+    events = reader.events(snap.id)  # the old claim's, then the reaper's (the timeline's)
+    assert [(e.type, e.data) for e in events] == [
+        ("progress", {"by": "old"}),
+        ("lease_expired", {"attempt": 1, "epoch": 1, "state": "queued"}),
+    ]
+    assert [e.seq for e in events] == [1, 2]
     assert reader.counters()["expired_leases"] == 1
 
 

@@ -102,7 +102,9 @@ class Event:
         }
 
 
-EVENT_TYPES = frozenset({"progress", "chunk", "attempt", "waiting", "resumed"})
+EVENT_TYPES = frozenset(
+    {"progress", "chunk", "attempt", "waiting", "resumed", "retry", "lease_expired"}
+)
 
 
 @dataclass(frozen=True, slots=True)

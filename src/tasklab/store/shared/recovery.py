@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tasklab.core.jsontext import dumps
 from tasklab.core.models import Expired
 from tasklab.core.policy import Backoff, expiry_outcome, settle
 from tasklab.core.states import State
@@ -52,5 +53,13 @@ class SqlRecovery(SqlCore):
                         exclusive=exclusive,
                     ):
                         resolved.append(task.task_id)
+                        data = dumps(
+                            {
+                                "attempt": task.attempt,
+                                "epoch": task.epoch,
+                                "state": settled.state.value,
+                            }
+                        )
+                        self._x(conn, "expiry_event", id=task.task_id, data=data)
             if len(rows) < 500:
                 return resolved

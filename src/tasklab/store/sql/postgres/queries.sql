@@ -275,15 +275,21 @@ SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM t
 WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit FOR UPDATE;
 
 -- name: resolve_expired
--- Apply a lease-expiry outcome, if the task is still as it was read.
+-- Apply a lease-expiry outcome, if the task is still as it was read (the event number
+-- for its `lease_expired` event taken too).
 UPDATE tasks SET state = :state, error_code = CAST(:error_code AS TEXT),
     error_message = CAST(:error_message AS TEXT),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
-    lease_owner = NULL, lease_until = NULL,
+    lease_owner = NULL, lease_until = NULL, event_seq = event_seq + 1,
     run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0),
     wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= clock_timestamp());
+
+-- name: expiry_event
+-- The `lease_expired` event of a task `resolve_expired` just settled (its number taken).
+INSERT INTO events (task_id, seq, attempt, type, data, at)
+SELECT id, event_seq, attempt, 'lease_expired', :data, clock_timestamp() FROM tasks WHERE id = :id;
 
 -- name: effect_get
 -- What a previous attempt recorded about one external side effect.

@@ -284,13 +284,19 @@ FROM tasks INDEXED BY tasks_live
 WHERE state IN ('running', 'cancel_requested') ORDER BY id LIMIT :limit;
 
 -- name: resolve_expired
--- Apply a lease-expiry outcome, if the task is still as it was read.
+-- Apply a lease-expiry outcome, if the task is still as it was read (the event number
+-- for its `lease_expired` event taken too).
 UPDATE tasks SET state = :state, error_code = :error_code, error_message = :error_message,
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
-    lease_owner = NULL, lease_until = NULL,
+    lease_owner = NULL, lease_until = NULL, event_seq = event_seq + 1,
     run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0), wait_kind = NULL
 WHERE id = :id AND epoch = :epoch AND state = :from_state
   AND (:exclusive OR lease_until <= julianday('now'));
+
+-- name: expiry_event
+-- The `lease_expired` event of a task `resolve_expired` just settled (its number taken).
+INSERT INTO events (task_id, seq, attempt, type, data, at)
+SELECT id, event_seq, attempt, 'lease_expired', :data, julianday('now') FROM tasks WHERE id = :id;
 
 -- name: effect_get
 -- What a previous attempt recorded about one external side effect.
