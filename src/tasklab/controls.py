@@ -58,6 +58,14 @@ class QueueControls:
         """Every queue: `name, paused, concurrency, rate, queued, running, claimed`."""
         return self.engine.store.queue_stats()
 
+    def queue_activity(self, minutes: int = 60) -> builtins.list[dict[str, JSON]]:
+        """Per queue and minute over the last `minutes` (at most a day): `claims`,
+        `wait_ms_mean`, `wait_ms_max` — how long claimed tasks had waited since they
+        became runnable. Kept by the claims' own transactions."""
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+            raise InvalidPayload("minutes must be an integer from 1 to 1440")
+        return self.engine.store.queue_activity(minutes)
+
     # ---- schedules -----------------------------------------------------------------
     def periodic(
         self,

@@ -1,4 +1,5 @@
-"""The operator routes (SPEC §9): `GET /tasks` with search filters, `GET /workers`, `POST
+"""The operator routes (SPEC §9): `GET /tasks` with search filters, `GET /workers`,
+`GET /queues/activity`, `POST
 /tasks/{id}/retry`, and the bulk actions `POST /tasks/cancel` / `POST /tasks/retry`
 with `{filter, dry_run}`, answering the counts (the batches run in a worker thread,
 each its own short transaction)."""
@@ -54,6 +55,11 @@ def operation_routes(r: APIRouter, state: ServerState) -> None:
                 "next_cursor": page.next_cursor,
             }
         )
+
+    @r.get("/queues/activity")
+    async def activity(minutes: int = 60) -> JSONResponse:
+        """Per queue and minute: claims, mean and longest wait (the console's charts)."""
+        return JSONResponse({"items": await state.db(app.queue_activity, minutes)})
 
     @r.get("/workers")
     async def workers() -> JSONResponse:

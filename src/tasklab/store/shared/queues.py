@@ -64,3 +64,19 @@ class SqlQueues(SqlClaims):
             elif c["state"] == "claimed":
                 doc["claimed"] = n
         return list(out.values())
+
+    def queue_activity(self, minutes: int = 60) -> list[dict[str, JSON]]:
+        """Per queue and minute over the last `minutes`: claims, and the mean and
+        longest wait (ms) of the tasks claimed from when they became runnable."""
+        with self._read() as conn:
+            rows = self._all(conn, "queue_activity", minutes=int(minutes))
+        return [
+            {
+                "queue": r["queue"],
+                "minute": int(r["minute"]),
+                "claims": int(r["claims"]),
+                "wait_ms_mean": round(float(r["wait_ms_sum"]) / max(1, int(r["claims"])), 2),
+                "wait_ms_max": round(float(r["wait_ms_max"]), 2),
+            }
+            for r in rows
+        ]

@@ -31,12 +31,13 @@ class SqlWorkers(SqlCore):
 
     def worker_heartbeat(self, worker_id: str, dead_after: float, keep: float) -> None:
         """This executor is alive; rows whose heartbeat is older than `dead_after`
-        seconds are marked dead, and rows that ended over `keep` seconds ago go — one
-        transaction, at the reaper's pace."""
+        seconds are marked dead, and rows that ended over `keep` seconds ago go (and
+        queue activity older than that) — one transaction, at the reaper's pace."""
         with self._write() as conn:
             self._x(conn, "heartbeat_worker", id=worker_id)
             self._x(conn, "mark_dead_workers", after=float(dead_after))
             self._x(conn, "prune_workers", keep=float(keep))
+            self._x(conn, "prune_activity", minutes=int(keep // 60))  # the charts' rows
 
     def unregister_worker(self, worker_id: str) -> None:
         with self._write() as conn:

@@ -713,3 +713,14 @@ EXPLAIN
 -- whatever the statistics say: stale ones (a table filled since the last ANALYZE, or
 -- analysed while empty) would price a bitmap scan and a sort of every match cheaper.
 SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true);
+
+-- name: queue_activity
+-- Claims and waits per queue and minute over the last :minutes minutes (the charts).
+SELECT queue, minute, SUM(claims) AS claims, SUM(wait_ms_sum) AS wait_ms_sum,
+       MAX(wait_ms_max) AS wait_ms_max
+FROM queue_activity WHERE minute >= floor(extract(epoch FROM clock_timestamp()) / 60)::BIGINT - CAST(:minutes AS INTEGER)
+GROUP BY queue, minute ORDER BY queue, minute;
+
+-- name: prune_activity
+-- Activity rows older than :minutes minutes.
+DELETE FROM queue_activity WHERE minute < floor(extract(epoch FROM clock_timestamp()) / 60)::BIGINT - CAST(:minutes AS INTEGER);

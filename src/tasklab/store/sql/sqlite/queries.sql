@@ -663,3 +663,14 @@ RETURNING id, retry_of;
 -- name: explain
 -- The prefix that makes a statement answer its plan (the search bench and tests).
 EXPLAIN QUERY PLAN
+
+-- name: queue_activity
+-- Claims and waits per queue and minute over the last :minutes minutes (the charts).
+SELECT queue, minute, SUM(claims) AS claims, SUM(wait_ms_sum) AS wait_ms_sum,
+       MAX(wait_ms_max) AS wait_ms_max
+FROM queue_activity WHERE minute >= CAST((julianday('now') - 2440587.5) * 1440 AS INTEGER) - :minutes
+GROUP BY queue, minute ORDER BY queue, minute;
+
+-- name: prune_activity
+-- Activity rows older than :minutes minutes.
+DELETE FROM queue_activity WHERE minute < CAST((julianday('now') - 2440587.5) * 1440 AS INTEGER) - :minutes;
