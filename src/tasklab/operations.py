@@ -11,13 +11,15 @@ not in it. `dry_run` counts what would be taken and changes nothing.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tasklab.core import timeline
 from tasklab.core.filters import TaskFilter
-from tasklab.core.models import Page
+from tasklab.core.models import JSON, Page
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, InvalidPayload, TaskLive
 from tasklab.store.base import PRUNED
@@ -48,6 +50,13 @@ class TaskOperations:
         idempotency_key, id_prefix, created_after, created_before`), newest first;
         `cursor` from the previous page. Each criterion walks an index."""
         return self.engine.store.search(_filter(where, criteria), limit, cursor)
+
+    def attempts(self, task_id: str) -> builtins.list[dict[str, JSON]]:
+        """The task's timeline: per attempt its epoch, lease owner, lease, start and
+        how it ended (core/timeline.py)."""
+        store = self.engine.store
+        snap = store.get(task_id)
+        return timeline.attempts(store.timeline_events(task_id), snap)
 
     def retry(self, task_id: str, *, idempotency_key: str | None = None) -> str:
         """A new queued task made of an ended one; returns its id. `TaskLive` if it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -266,7 +267,7 @@ def test_the_queues_page_shows_depth_limits_pause_and_schedules(served, context)
     page.goto(server.url + "/")
     page.wait_for_selector("#tasks tbody tr")
     assert "mail" in page.inner_text("#tasks tbody")  # the list shows queues
-    page.click("text=Queues & schedules")
+    page.click("nav >> text=Queues")
     page.wait_for_url("**/ui/queues")
     row = page.locator("#queues tr[data-queue=mail]")
     row.wait_for()
@@ -293,12 +294,22 @@ def test_the_queues_page_shows_depth_limits_pause_and_schedules(served, context)
         "document.querySelector('#queues tr[data-queue=mail] td:nth-child(5)').textContent"
         " === '100/s'"
     )
-    # the schedules view: its expression and next tick
+    # the last hour's charts: the three claims of mail, drawn from what the claims stored
+    chart = page.locator("#charts [data-chart=mail]")
+    chart.wait_for()
+    assert "3 claims" in chart.inner_text()
+    assert chart.locator("svg[aria-label='claims/s'] rect.bar").count() == 60
+    titles = chart.locator("svg[aria-label='claims/s'] title").all_text_contents()
+    assert any(": 3 claims" in t for t in titles), titles
+    page.screenshot(path=str(ROOT / "docs" / "queues.png"), full_page=True)
+    # the schedules page: its expression and next tick
+    page.click("nav >> text=Schedules")
+    page.wait_for_url("**/ui/schedules")
     sched = page.locator("#schedules tr[data-schedule=nightly]")
     sched.wait_for()
     texts = sched.locator("td").all_inner_texts()
     assert texts[1] == "t.echo" and texts[2].startswith("0 3 * * *") and texts[3] != "—", texts
-    page.screenshot(path=str(ROOT / "docs" / "queues.png"), full_page=True)
+    page.screenshot(path=str(ROOT / "docs" / "schedules.png"), full_page=True)
 
 
 def test_the_task_page_shows_waits_steps_signals_and_children(served, context):
@@ -340,3 +351,111 @@ def test_the_task_page_shows_waits_steps_signals_and_children(served, context):
     child = snap.result["children"][0]["id"]
     page.goto(server.url + f"/ui/tasks/{child}")
     page.wait_for_selector(f"#parent a[href='/ui/tasks/{tid}']")
+
+
+def test_the_workers_page_shows_each_worker_and_what_it_runs(served, context, tmp_path):
+    app, server = served
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    tid = app.submit("t.file_hold", {"dir": str(hold)})
+    app.store.register_worker("gone-worker")
+    app.store.unregister_worker("gone-worker")
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.click("nav >> text=Workers")
+    page.wait_for_url("**/ui/workers")
+    live = page.locator("#workers tr[data-state=live]")
+    live.wait_for()
+    page.wait_for_selector(f"#workers tr[data-state=live] a[href='/ui/tasks/{tid}']")
+    cells = live.locator("td").all_inner_texts()
+    assert cells[1] == "live" and cells[3] == "thread" and cells[4] == "all", cells
+    assert cells[5] == "2" and cells[7].endswith("ago"), cells
+    stopped = page.locator("#workers tr[data-worker=gone-worker]")
+    assert stopped.locator("td").nth(1).inner_text() == "stopped"
+    page.screenshot(path=str(ROOT / "docs" / "workers.png"), full_page=True)
+    (hold / "release").write_text("")
+    wait_for(lambda: app.query(tid).terminal)
+
+
+def test_bulk_cancel_and_retry_from_the_filtered_list_ask_first(served, context):
+    app, server = served
+    app.pause("bulk")  # they stay queued while the page acts on them
+    ids = [app.submit("t.echo", {"value": i}, queue="bulk") for i in range(5)]
+    other = app.submit("t.echo", {"value": 9}, queue="elsewhere", run_at=None, delay=3600)
+    page = context.new_page()
+    page.goto(server.url + "/")
+    page.wait_for_selector("#tasks tbody tr")
+    page.fill("#queue-filter", "bulk")
+    page.press("#queue-filter", "Enter")
+    page.click("body")  # the change event
+    page.wait_for_function("document.querySelectorAll('#tasks tbody tr').length === 5")
+    # every id whole and in view, where a user copies it (no scrolling, no ellipsis)
+    shown = page.locator("#tasks code.task-id").all_inner_texts()
+    assert sorted(shown) == sorted(ids)
+    assert page.evaluate(
+        "(() => { const w = document.querySelector('#tasks').closest('.table-wrap');"
+        " return w.scrollWidth <= w.clientWidth; })()"
+    )
+    page.click("#bulk-cancel")
+    page.wait_for_selector("#bulk-dialog[open]")
+    assert page.inner_text("#bulk-question") == "Cancel 5 task(s)?"
+    page.screenshot(path=str(ROOT / "docs" / "console-bulk.png"), full_page=True)
+    page.click("#bulk-back")
+    page.wait_for_function("document.querySelector('#bulk-result').textContent.includes('Nothing')")
+    assert {app.query(t).state for t in ids} == {State.QUEUED}  # nothing changed
+    page.click("#bulk-cancel")
+    page.wait_for_selector("#bulk-dialog[open]")
+    page.click("#bulk-confirm")
+    page.wait_for_function(
+        "document.querySelector('#bulk-result').textContent.includes('5 cancelled')"
+    )
+    assert {app.query(t).state for t in ids} == {State.CANCELLED}
+    assert app.query(other).state is State.QUEUED  # outside the filter: untouched
+    page.select_option("#state-filter", "cancelled")
+    page.click("#bulk-retry")
+    page.wait_for_selector("#bulk-dialog[open]")
+    assert page.inner_text("#bulk-question") == "Retry 5 task(s)?"
+    page.click("#bulk-confirm")
+    page.wait_for_function(
+        "document.querySelector('#bulk-result').textContent.includes('5 retried')"
+    )
+    made = app.search(queue="bulk", state="queued").items
+    assert sorted(m.retry_of for m in made) == sorted(ids)  # type: ignore[type-var]
+    # an empty filter is refused in the page, before anything is asked of the server
+    page.select_option("#state-filter", "")
+    page.fill("#queue-filter", "")
+    page.click("#bulk-cancel")
+    page.wait_for_function(
+        "document.querySelector('#bulk-result').textContent.includes('empty filter')"
+    )
+    assert app.query(other).state is State.QUEUED
+
+
+def test_the_task_page_timeline_and_retry(served, context):
+    """A flaky task's attempts on the timeline (epoch, worker, lease, outcome), then a
+    failed task retried from its page: the new task's page says whose retry it is."""
+    app, server = served
+    from tasklab.core.policy import Backoff
+
+    app.settings = dataclasses.replace(app.settings, backoff=Backoff(base=0.05, jitter=0.0))
+    flaky = app.submit("t.flaky", {"fail_times": 2})
+    wait_for(lambda: app.query(flaky).terminal, 20)
+    page = context.new_page()
+    page.goto(server.url + f"/ui/tasks/{flaky}")
+    page.wait_for_function("document.querySelectorAll('#timeline tbody tr').length === 3")
+    rows = [
+        page.locator(f"#timeline tr[data-attempt='{n}'] td").all_inner_texts() for n in (1, 2, 3)
+    ]
+    assert [r[5] for r in rows] == ["retried", "retried", "succeeded"], rows
+    assert [r[1] for r in rows] == ["1", "2", "3"]  # a new epoch per attempt
+    assert "Flaky" in rows[0][6] and rows[0][2].startswith(app.owner.split(":")[0]), rows
+    page.screenshot(path=str(ROOT / "docs" / "task-timeline.png"), full_page=True)
+    failed = app.submit("t.boom", {"message": "kaput"})
+    wait_for(lambda: app.query(failed).terminal)
+    page.goto(server.url + f"/ui/tasks/{failed}")
+    page.wait_for_function("!document.querySelector('#retry').disabled")
+    page.click("#retry")
+    page.wait_for_selector(f"#retry-of a[href='/ui/tasks/{failed}']")
+    new_id = page.url.rsplit("/", 1)[-1]
+    assert new_id != failed and app.query(new_id).retry_of == failed
+    assert app.query(failed).state is State.FAILED  # the ended one stays as it ended

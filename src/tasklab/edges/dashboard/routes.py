@@ -14,7 +14,7 @@ from tasklab.edges.http.errors import HTTPError
 if TYPE_CHECKING:
     from tasklab.edges.http.state import ServerState
 
-ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+ASSETS = {"app.js": "text/javascript", "console.js": "text/javascript", "style.css": "text/css"}
 
 
 def _read(name: str) -> str:
@@ -33,6 +33,14 @@ def mount_dashboard(api: FastAPI, state: ServerState) -> None:
     @api.get("/ui/queues", include_in_schema=False)
     async def queues_page() -> HTMLResponse:
         return HTMLResponse(_read("queues.html"))
+
+    @api.get("/ui/workers", include_in_schema=False)
+    async def workers_page() -> HTMLResponse:
+        return HTMLResponse(_read("workers.html"))
+
+    @api.get("/ui/schedules", include_in_schema=False)
+    async def schedules_page() -> HTMLResponse:
+        return HTMLResponse(_read("schedules.html"))
 
     @api.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

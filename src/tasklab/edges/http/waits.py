@@ -1,5 +1,6 @@
 """The durable functions' routes (SPEC §8): `POST /tasks/{id}/signals/{name}` and
-`GET /tasks/{id}/journal` (steps, waits, signals and children, for the task page)."""
+`GET /tasks/{id}/journal` (the attempts' timeline, steps, waits, signals and children,
+for the task page)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ def wait_routes(r: APIRouter, state: ServerState) -> None:
         entries = await state.db(app.journal, task_id)
         signals = await state.db(app.signals, task_id)
         children = await state.db(app.children, task_id, 1000, None)
+        attempts = await state.db(app.attempts, task_id)
         return JSONResponse(
             {
+                "attempts": attempts,
                 "journal": entries,
                 "signals": signals,
                 "children": [c.to_json(payload=False) for c in children.items],

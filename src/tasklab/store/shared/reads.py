@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from tasklab.core.models import Event, TaskSnapshot
 from tasklab.core.states import State
@@ -38,6 +39,14 @@ class SqlReads(SqlCore):
     def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
         with self._read() as conn:
             rows = self._all(conn, "events_after", task_id=task_id, after=after, limit=limit)
+        return self._events(rows)
+
+    def timeline_events(self, task_id: str) -> list[Event]:
+        """The attempt, resume, retry, expiry and wait events (core/timeline.py)."""
+        with self._read() as conn:
+            return self._events(self._all(conn, "timeline_events", task_id=task_id))
+
+    def _events(self, rows: list[Any]) -> list[Event]:
         return [
             Event(
                 r["task_id"],

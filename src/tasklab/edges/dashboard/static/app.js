@@ -62,19 +62,24 @@ async function refreshList() {
   const params = new URLSearchParams({ limit: "20" });
   const state = $("#state-filter").value;
   if (state) params.set("state", state);
+  for (const [field, input] of [["task", "#task-filter"], ["queue", "#queue-filter"]]) {
+    const value = $(input).value.trim();
+    if (value) params.set(field, value);
+  }
   if (list.cursor) params.set("cursor", list.cursor);
   const page = await api(`/tasks?${params}`);
   list.next = page.next_cursor;
   $("#next-page").disabled = !page.next_cursor;
   $("#tasks tbody").replaceChildren(...page.items.map((t) => el("tr", {},
-    el("td", {}, el("a", { href: `/ui/tasks/${t.id}`, text: t.task })),
+    // the id whole, on a line of its own under the name (users copy it)
+    el("td", {}, el("a", { href: `/ui/tasks/${t.id}`, text: t.task }), el("br"),
+      el("code", { class: "task-id", text: t.id })),
     el("td", { class: `state state-${t.state}`, text: t.state }),
     el("td", { text: t.queue }),
     el("td", { class: "num", text: String(t.priority) }),
     el("td", { class: "num", text: `${t.attempt}/${t.max_attempts}` }),
     el("td", { class: "num", text: ago(t.created_at) }),
-    el("td", { class: "num", text: duration(t) }),
-    el("td", { class: "muted", text: t.id }))));
+    el("td", { class: "num", text: duration(t) }))));
 }
 
 function fieldFor(name, schema, required) {
@@ -177,6 +182,7 @@ async function startList() {
   $("#state-filter").addEventListener("change", () => { list.cursor = null; refreshList(); });
   $("#first-page").addEventListener("click", () => { list.cursor = null; refreshList(); });
   $("#next-page").addEventListener("click", () => { list.cursor = list.next; refreshList(); });
+  if (typeof enhanceList === "function") enhanceList();
   await refreshList();
   setInterval(() => refreshList().catch(() => {}), 1000);
 }
@@ -407,6 +413,7 @@ async function startTask() {
   renderSnapshot(snap);
   follow();
   $("#signal-form").addEventListener("submit", sendSignal);
+  if (typeof enhanceTask === "function") enhanceTask(snap);
   await refreshDurable();
   setInterval(async () => {
     if (!view.ended) renderSnapshot(await api(`/tasks/${view.id}`).catch(() => snap));
@@ -418,7 +425,7 @@ async function startTask() {
 function limitText(v) { return v == null ? "—" : String(v); }
 
 async function refreshQueues() {
-  const [queues, schedules] = await Promise.all([api("/queues"), api("/schedules")]);
+  const queues = await api("/queues");
   $("#queues tbody").replaceChildren(...queues.items.map((q) => {
     const toggle = el("button", { type: "button", class: "secondary",
       "data-queue": q.name, text: q.paused ? "Resume" : "Pause" });
@@ -437,11 +444,6 @@ async function refreshQueues() {
       el("td", { class: q.paused ? "state state-cancelled" : "state", text: q.paused ? "paused" : "open" }),
       el("td", {}, toggle));
   }));
-  $("#schedules tbody").replaceChildren(...schedules.items.map((s) => el("tr", { "data-schedule": s.name },
-    el("td", { text: s.name }), el("td", { text: s.task }),
-    el("td", { text: `${s.expression}${s.cron ? ` (${s.timezone})` : ""}` }),
-    el("td", { text: s.next_tick ? new Date(s.next_tick).toLocaleString() : "—" }),
-    el("td", {}, s.last_task_id ? el("a", { href: `/ui/tasks/${s.last_task_id}`, text: s.last_task_id }) : "—"))));
 }
 
 async function setLimits(ev) {
@@ -467,10 +469,14 @@ async function startQueues() {
   $("#app").hidden = false;
   $("#limits-form").addEventListener("submit", setLimits);
   await refreshQueues();
+  if (typeof enhanceQueues === "function") enhanceQueues();
   setInterval(() => refreshQueues().catch(() => {}), 1000);
 }
 
+// console.js (loaded after this file) adds its pages here; both are in by DOMContentLoaded
 const PAGES = { task: startTask, queues: startQueues, list: startList };
-const start = PAGES[document.body.dataset.page] || startList;
-setupLogin(start);
-start().catch((err) => { if (err.message !== "unauthorized") console.error(err); });
+document.addEventListener("DOMContentLoaded", () => {
+  const start = PAGES[document.body.dataset.page] || startList;
+  setupLogin(start);
+  start().catch((err) => { if (err.message !== "unauthorized") console.error(err); });
+});

@@ -724,3 +724,10 @@ GROUP BY queue, minute ORDER BY queue, minute;
 -- name: prune_activity
 -- Activity rows older than :minutes minutes.
 DELETE FROM queue_activity WHERE minute < floor(extract(epoch FROM clock_timestamp()) / 60)::BIGINT - CAST(:minutes AS INTEGER);
+
+-- name: timeline_events
+-- The events a task's timeline of attempts is made of (in its key's order; the other
+-- events — output chunks, progress — are passed over, not read out).
+SELECT task_id, seq, attempt, type, data, at FROM events
+WHERE task_id = :task_id AND type IN ('attempt', 'resumed', 'retry', 'lease_expired', 'waiting')
+ORDER BY seq LIMIT 10000;
