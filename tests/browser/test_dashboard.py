@@ -350,7 +350,7 @@ def test_the_task_page_shows_waits_steps_signals_and_children(served, context):
     page.screenshot(path=str(ROOT / "docs" / "durable.png"), full_page=True)
     child = snap.result["children"][0]["id"]
     page.goto(server.url + f"/ui/tasks/{child}")
-    page.wait_for_selector(f"#parent a[href='/ui/tasks/{tid}']")
+    page.wait_for_selector(f"#parent a[href$='ui/tasks/{tid}']")
 
 
 def test_the_workers_page_shows_each_worker_and_what_it_runs(served, context, tmp_path):
@@ -366,7 +366,7 @@ def test_the_workers_page_shows_each_worker_and_what_it_runs(served, context, tm
     page.wait_for_url("**/ui/workers")
     live = page.locator("#workers tr[data-state=live]")
     live.wait_for()
-    page.wait_for_selector(f"#workers tr[data-state=live] a[href='/ui/tasks/{tid}']")
+    page.wait_for_selector(f"#workers tr[data-state=live] a[href$='ui/tasks/{tid}']")
     cells = live.locator("td").all_inner_texts()
     assert cells[1] == "live" and cells[3] == "thread" and cells[4] == "all", cells
     assert cells[5] == "2" and cells[7].endswith("ago"), cells
@@ -455,7 +455,7 @@ def test_the_task_page_timeline_and_retry(served, context):
     page.goto(server.url + f"/ui/tasks/{failed}")
     page.wait_for_function("!document.querySelector('#retry').disabled")
     page.click("#retry")
-    page.wait_for_selector(f"#retry-of a[href='/ui/tasks/{failed}']")
+    page.wait_for_selector(f"#retry-of a[href$='ui/tasks/{failed}']")
     new_id = page.url.rsplit("/", 1)[-1]
     assert new_id != failed and app.query(new_id).retry_of == failed
     assert app.query(failed).state is State.FAILED  # the ended one stays as it ended

@@ -47,7 +47,9 @@ class SubmitSchema(BaseModel):
     unique_key: str | None = None
 
 
-def create_app(state: ServerState) -> FastAPI:
+def create_app(state: ServerState, dependencies: list[Any] | None = None) -> FastAPI:
+    """The API and the dashboard. `dependencies`: FastAPI dependencies of the
+    application that mounts this one (its auth), run before every route of ours."""
     # no open docs: the schema lists every task type, so it sits behind the token
     api = FastAPI(title="tasklab", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     api.state.tasklab = state
@@ -55,7 +57,8 @@ def create_app(state: ServerState) -> FastAPI:
     state.metrics = state.metrics or Metrics(state.app, state.webhooks)
     state.submits = state.submits or SubmitBatcher(state.app, state.db)
     _install_errors(api)
-    protected = APIRouter(dependencies=[Depends(_auth(state))])
+    guards = list(dependencies or [])
+    protected = APIRouter(dependencies=[*guards, Depends(_auth(state))])
     _task_routes(protected, state)
     queue_routes(protected, state)
     operation_routes(protected, state)
@@ -69,7 +72,7 @@ def create_app(state: ServerState) -> FastAPI:
     _open_routes(api, state)
     from tasklab.edges.dashboard.routes import mount_dashboard
 
-    mount_dashboard(api, state)
+    mount_dashboard(api, state, guards)
     return api
 
 
@@ -236,8 +239,9 @@ def _task_routes(r: APIRouter, state: ServerState) -> None:
         await state.db(app.query, task_id)  # 404 before the stream starts
         from tasklab.edges.http.sse import relay, task_events
 
+        hub = state.change_hub()
         frames = relay(
-            task_events(app, state.hub, state.db, task_id, last, state.closing, state.sse_heartbeat)
+            task_events(app, hub, state.db, task_id, last, state.closing, state.sse_heartbeat)
         )
         return EventStreamResponse(frames, state.streams)
 

@@ -104,8 +104,9 @@ async def start_bound(state: ServerState, body: SubmitBody) -> EventStreamRespon
     async def disconnected() -> None:
         await state.db(app.cancel, snap.id, CancelReason.CLIENT_DISCONNECTED)
 
+    hub = state.change_hub()
     frames = relay(
-        task_events(app, state.hub, state.db, snap.id, 0, asyncio.Event(), state.sse_heartbeat)
+        task_events(app, hub, state.db, snap.id, 0, asyncio.Event(), state.sse_heartbeat)
     )
     return EventStreamResponse(
         frames,

@@ -53,6 +53,15 @@ class ServerState:
     def __post_init__(self) -> None:
         self.bound = BoundExecutor(self.bound_slots)
 
+    def change_hub(self) -> Any:
+        """The hub the streams wait on: the server's, or — in an application that
+        mounted the API (`tasklab.asgi`) — one made on the first stream's loop."""
+        if self.hub is None:
+            from tasklab.edges.hub import ChangeHub
+
+            self.hub = ChangeHub(self.app, asyncio.get_running_loop())
+        return self.hub
+
     async def db(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Every sync database call from async code: in a thread, with a bound."""
         return await anyio.to_thread.run_sync(lambda: fn(*args), limiter=self.limiter)

@@ -22,7 +22,7 @@ function showLogin() { $("#login").hidden = false; $("#app").hidden = true; }
 function setupLogin(start) {
   $("#login-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const resp = await fetch("/ui/login", { method: "POST", credentials: "same-origin",
+    const resp = await fetch("ui/login", { method: "POST", credentials: "same-origin",
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ token: $("#token").value }) });
     if (resp.ok) { $("#login").hidden = true; $("#app").hidden = false; start(); }
@@ -56,7 +56,7 @@ function duration(t) {
 const list = { cursor: null, next: null, types: {} };
 
 async function refreshList() {
-  const counts = await api("/tasks/counts");
+  const counts = await api("tasks/counts");
   $("#counts").replaceChildren(...STATES.map((s) =>
     el("li", { class: `state-${s}` }, `${s} `, el("b", { text: String(counts[s] || 0) }))));
   const params = new URLSearchParams({ limit: "20" });
@@ -67,12 +67,12 @@ async function refreshList() {
     if (value) params.set(field, value);
   }
   if (list.cursor) params.set("cursor", list.cursor);
-  const page = await api(`/tasks?${params}`);
+  const page = await api(`tasks?${params}`);
   list.next = page.next_cursor;
   $("#next-page").disabled = !page.next_cursor;
   $("#tasks tbody").replaceChildren(...page.items.map((t) => el("tr", {},
     // the id whole, on a line of its own under the name (users copy it)
-    el("td", {}, el("a", { href: `/ui/tasks/${t.id}`, text: t.task }), el("br"),
+    el("td", {}, el("a", { href: `ui/tasks/${t.id}`, text: t.task }), el("br"),
       el("code", { class: "task-id", text: t.id })),
     el("td", { class: `state state-${t.state}`, text: t.state }),
     el("td", { text: t.queue }),
@@ -157,12 +157,12 @@ async function submitTask(ev) {
   try {
     if (bound) {
       sessionStorage.setItem("tasklab:bound", body);
-      location.href = "/ui/tasks/new?bound=1";
+      location.href = "ui/tasks/new?bound=1";
       return;
     }
-    const snap = await api("/tasks", { method: "POST", body,
+    const snap = await api("tasks", { method: "POST", body,
       headers: { "content-type": "application/json" } });
-    location.href = `/ui/tasks/${snap.id}`;
+    location.href = `ui/tasks/${snap.id}`;
   } catch (err) {
     showFormError(err);
   } finally {
@@ -172,7 +172,7 @@ async function submitTask(ev) {
 
 async function startList() {
   $("#app").hidden = false;
-  const types = await api("/task-types");
+  const types = await api("task-types");
   list.types = Object.fromEntries(types.items.map((t) => [t.name, t]));
   $("#task-type").replaceChildren(...types.items.map((t) => el("option", { value: t.name, text: t.name })));
   $("#task-type").value = "wordfreq";
@@ -267,7 +267,7 @@ function renderVerdict(t) {
   const v = $("#verdict");
   if (t.state === "succeeded") {
     v.replaceChildren(el("p", { class: "notice ok" }, "Succeeded. ",
-      el("a", { href: `/tasks/${t.id}`, text: "The saved result" }), " is stored and can be read again."));
+      el("a", { href: `tasks/${t.id}`, text: "The saved result" }), " is stored and can be read again."));
   } else if (t.state === "cancelled") {
     v.replaceChildren(el("p", { class: "notice" },
       `Cancelled (${t.cancel_reason}). Effects already made outside tasklab are not undone; partial output is kept.`));
@@ -304,7 +304,7 @@ function finish(snapshot) {
 function follow() {
   // A fresh page resumes after what it last showed (?after=); reconnects inside the
   // page send Last-Event-ID by themselves.
-  const source = new EventSource(`/tasks/${view.id}/events?after=${view.seq}`, { withCredentials: true });
+  const source = new EventSource(`tasks/${view.id}/events?after=${view.seq}`, { withCredentials: true });
   view.source = source;
   for (const type of ["attempt", "chunk", "progress", "waiting", "resumed"]) {
     source.addEventListener(type, (msg) => apply(JSON.parse(msg.data)));
@@ -314,7 +314,7 @@ function follow() {
 
 async function cancelTask() {
   $("#cancel").disabled = true;
-  const out = await api(`/tasks/${view.id}/cancel`, { method: "POST" });
+  const out = await api(`tasks/${view.id}/cancel`, { method: "POST" });
   if (out.request_accepted) $("#fact-accepted").classList.add("done");
   else $("#fact-accepted").textContent = "cancel request not accepted (the task had already ended)";
   renderSnapshot(out.task);
@@ -324,12 +324,12 @@ async function runBound() {
   // EventSource cannot POST: a request-bound task is a fetch with a streamed body.
   const body = sessionStorage.getItem("tasklab:bound");
   sessionStorage.removeItem("tasklab:bound");
-  const resp = await fetch("/tasks/stream", { method: "POST", body, credentials: "same-origin",
+  const resp = await fetch("tasks/stream", { method: "POST", body, credentials: "same-origin",
     headers: { "content-type": "application/json" } });
   if (!resp.ok) { $("#verdict").textContent = (await resp.json()).error.message; return; }
   view.id = resp.headers.get("Tasklab-Task-Id");
-  history.replaceState(null, "", `/ui/tasks/${view.id}`);
-  renderSnapshot(await api(`/tasks/${view.id}`));
+  history.replaceState(null, "", `ui/tasks/${view.id}`);
+  renderSnapshot(await api(`tasks/${view.id}`));
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
@@ -353,7 +353,7 @@ async function runBound() {
 
 // ---- durable functions on the task page --------------------------------------------
 async function refreshDurable() {
-  const [doc, snap] = await Promise.all([api(`/tasks/${view.id}/journal`), api(`/tasks/${view.id}`)]);
+  const [doc, snap] = await Promise.all([api(`tasks/${view.id}/journal`), api(`tasks/${view.id}`)]);
   const wait = snap.wait;
   $("#wait-now").hidden = !wait;
   if (wait) {
@@ -368,10 +368,10 @@ async function refreshDurable() {
   $("#signals").replaceChildren(...doc.signals.map((s) =>
     el("li", { "data-signal": s.name, text: `${s.name}: ${JSON.stringify(s.data)} (${new Date(s.at).toLocaleTimeString()})` })));
   $("#parent").replaceChildren(...(snap.parent_id
-    ? ["Spawned by ", el("a", { href: `/ui/tasks/${snap.parent_id}`, text: snap.parent_id })]
+    ? ["Spawned by ", el("a", { href: `ui/tasks/${snap.parent_id}`, text: snap.parent_id })]
     : ["No parent."]));
   $("#children").replaceChildren(...doc.children.map((c) => el("li", { "data-child": c.id },
-    el("a", { href: `/ui/tasks/${c.id}`, text: `${c.task} ${c.id}` }), " ",
+    el("a", { href: `ui/tasks/${c.id}`, text: `${c.task} ${c.id}` }), " ",
     el("span", { class: `state state-${c.state}`, text: c.state }))));
 }
 
@@ -384,7 +384,7 @@ async function sendSignal(ev) {
     let data = null;
     if (raw) { try { data = JSON.parse(raw); } catch { throw new Error("the data is not JSON"); } }
     if (!name) throw new Error("name the signal");
-    await api(`/tasks/${view.id}/signals/${encodeURIComponent(name)}`, { method: "POST",
+    await api(`tasks/${view.id}/signals/${encodeURIComponent(name)}`, { method: "POST",
       body: JSON.stringify({ data }), headers: { "content-type": "application/json" } });
     await refreshDurable();
   } catch (err) {
@@ -401,7 +401,7 @@ async function startTask() {
   restore();
   let snap;
   try {
-    snap = await api(`/tasks/${id}`);
+    snap = await api(`tasks/${id}`);
   } catch (err) {
     if (err.status !== 404) throw err;
     $("#state").textContent = "not found";
@@ -416,7 +416,7 @@ async function startTask() {
   if (typeof enhanceTask === "function") enhanceTask(snap);
   await refreshDurable();
   setInterval(async () => {
-    if (!view.ended) renderSnapshot(await api(`/tasks/${view.id}`).catch(() => snap));
+    if (!view.ended) renderSnapshot(await api(`tasks/${view.id}`).catch(() => snap));
     refreshDurable().catch(() => {});
   }, 1000);
 }
@@ -425,13 +425,13 @@ async function startTask() {
 function limitText(v) { return v == null ? "—" : String(v); }
 
 async function refreshQueues() {
-  const queues = await api("/queues");
+  const queues = await api("queues");
   $("#queues tbody").replaceChildren(...queues.items.map((q) => {
     const toggle = el("button", { type: "button", class: "secondary",
       "data-queue": q.name, text: q.paused ? "Resume" : "Pause" });
     toggle.addEventListener("click", async () => {
       toggle.disabled = true;
-      await api(`/queues/${encodeURIComponent(q.name)}/${q.paused ? "resume" : "pause"}`, { method: "POST" });
+      await api(`queues/${encodeURIComponent(q.name)}/${q.paused ? "resume" : "pause"}`, { method: "POST" });
       await refreshQueues();
     });
     return el("tr", { "data-queue": q.name },
@@ -457,7 +457,7 @@ async function setLimits(ev) {
   if (rate) body.rate = rate.toLowerCase() === "none" ? null : rate;
   try {
     if (!name) throw new Error("name a queue");
-    await api(`/queues/${encodeURIComponent(name)}`, { method: "PUT", body: JSON.stringify(body),
+    await api(`queues/${encodeURIComponent(name)}`, { method: "PUT", body: JSON.stringify(body),
       headers: { "content-type": "application/json" } });
     await refreshQueues();
   } catch (err) {

@@ -5,7 +5,7 @@
 
 // ---- the workers page -------------------------------------------------------------
 async function refreshWorkers() {
-  const doc = await api("/workers");
+  const doc = await api("workers");
   $("#workers tbody").replaceChildren(...doc.items.map((w) => el("tr", { "data-worker": w.id, "data-state": w.state },
     el("td", { text: w.id }),
     el("td", { class: `state state-${w.state === "live" ? "running" : w.state === "dead" ? "failed" : "cancelled"}`, text: w.state }),
@@ -16,7 +16,7 @@ async function refreshWorkers() {
     el("td", { text: w.started_at ? `${ago(w.started_at)} ago` : "—" }),
     el("td", { text: w.heartbeat_at ? `${ago(w.heartbeat_at)} ago` : "—" }),
     el("td", {}, ...(w.running.length ? w.running.flatMap((t, i) => [i ? ", " : "",
-      el("a", { href: `/ui/tasks/${t.id}`, text: `${t.task} ${t.id}` })]) : ["—"])))));
+      el("a", { href: `ui/tasks/${t.id}`, text: `${t.task} ${t.id}` })]) : ["—"])))));
 }
 
 async function startWorkers() {
@@ -27,12 +27,12 @@ async function startWorkers() {
 
 // ---- the schedules page -----------------------------------------------------------
 async function refreshSchedules() {
-  const schedules = await api("/schedules");
+  const schedules = await api("schedules");
   $("#schedules tbody").replaceChildren(...schedules.items.map((s) => el("tr", { "data-schedule": s.name },
     el("td", { text: s.name }), el("td", { text: s.task }),
     el("td", { text: `${s.expression}${s.cron ? ` (${s.timezone})` : ""}` }),
     el("td", { text: s.next_tick ? new Date(s.next_tick).toLocaleString() : "—" }),
-    el("td", {}, s.last_task_id ? el("a", { href: `/ui/tasks/${s.last_task_id}`, text: s.last_task_id }) : "—"))));
+    el("td", {}, s.last_task_id ? el("a", { href: `ui/tasks/${s.last_task_id}`, text: s.last_task_id }) : "—"))));
 }
 
 async function startSchedules() {
@@ -66,7 +66,7 @@ function barChart(label, minutes, values, titles, unit) {
 }
 
 async function refreshCharts() {
-  const doc = await api("/queues/activity?minutes=60");
+  const doc = await api("queues/activity?minutes=60");
   const now = Math.floor(Date.now() / 60000);
   const minutes = Array.from({ length: 60 }, (_, i) => now - 59 + i);
   const byQueue = {};
@@ -113,7 +113,7 @@ async function bulk(verb) {
   $("#bulk-result").textContent = "";
   try {
     if (!Object.keys(filter).length) throw new Error("choose a state, a task or a queue first: an empty filter would take every task");
-    const path = verb === "cancel" ? "/tasks/cancel" : "/tasks/retry";
+    const path = verb === "cancel" ? "tasks/cancel" : "tasks/retry";
     const post = (body) => api(path, { method: "POST", body: JSON.stringify(body),
       headers: { "content-type": "application/json" } });
     const dry = await post({ filter, dry_run: true });
@@ -145,7 +145,7 @@ function enhanceList() {
 
 // ---- the task page: timeline of attempts, Retry ------------------------------------
 async function refreshTimeline() {
-  const doc = await api(`/tasks/${view.id}/journal`);
+  const doc = await api(`tasks/${view.id}/journal`);
   $("#timeline tbody").replaceChildren(...doc.attempts.map((a) => el("tr", { "data-attempt": String(a.attempt) },
     el("td", { class: "num", text: `${a.attempt}${a.resumed ? " (resumed)" : ""}` }),
     el("td", { class: "num", text: a.epoch == null ? "—" : String(a.epoch) }),
@@ -160,8 +160,8 @@ async function retryTask() {
   $("#retry").disabled = true;
   $("#retry-error").textContent = "";
   try {
-    const made = await api(`/tasks/${view.id}/retry`, { method: "POST" });
-    location.href = `/ui/tasks/${made.id}`;
+    const made = await api(`tasks/${view.id}/retry`, { method: "POST" });
+    location.href = `ui/tasks/${made.id}`;
   } catch (err) {
     $("#retry-error").textContent = err.message || String(err);
     $("#retry").disabled = false;
@@ -179,7 +179,7 @@ function enhanceTask(snap) {
   setInterval(tick, 1000);
   if (snap.retry_of) {
     $("#parent").after(el("p", { class: "muted", id: "retry-of" }, "A retry of ",
-      el("a", { href: `/ui/tasks/${snap.retry_of}`, text: snap.retry_of })));
+      el("a", { href: `ui/tasks/${snap.retry_of}`, text: snap.retry_of })));
   }
 }
 
