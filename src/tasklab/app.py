@@ -8,6 +8,7 @@ code except `transactional=True` tasks, whose whole run is one transaction.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import inspect
 import logging
 import os
@@ -16,6 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from tasklab import tracing
 from tasklab.config import Settings
 from tasklab.controls import QueueControls, WaitControls
 from tasklab.core.models import (
@@ -172,8 +174,9 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         request_bound: bool = False,
         options: SubmitOptions = NO_OPTIONS,
     ) -> NewTask:
-        """Check a submit and make its `NewTask` (InvalidPayload: nothing is stored)."""
-        return prepare(
+        """Check a submit and make its `NewTask` (InvalidPayload: nothing is stored),
+        with the caller's trace context when tracing is on (tracing.py)."""
+        item = prepare(
             self.registry,
             task,
             payload,
@@ -183,6 +186,8 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
             request_bound=request_bound,
             data_dir=self.data_dir,
         )
+        context = tracing.current_context()
+        return item if context is None else dataclasses.replace(item, trace_context=context)
 
     def submit(
         self,
@@ -230,10 +235,13 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         connection: Any = None,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
-        item = self.prepare(task, payload, idempotency_key, max_attempts, request_bound, options)
-        if connection is not None:
-            return self.store.submit_on(connection, [item])[0]
-        return self.engine.submitter.submit(item)
+        with tracing.submit_span(task):
+            item = self.prepare(
+                task, payload, idempotency_key, max_attempts, request_bound, options
+            )
+            if connection is not None:
+                return self.store.submit_on(connection, [item])[0]
+            return self.engine.submitter.submit(item)
 
     def submit_many(
         self,
@@ -248,10 +256,11 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         """Queue many tasks of one name in one transaction (all or none); with
         `connection`, in yours (see `submit`)."""
         options = SubmitOptions.of(queue=queue, priority=priority, delay=delay)
-        items = [self.prepare(task, p, None, None, options=options) for p in payloads]
-        if connection is not None:
-            return [snap.id for snap, _ in self.store.submit_on(connection, items)]
-        return [snap.id for snap, _ in self.store.submit(items)]
+        with tracing.submit_span(task):
+            items = [self.prepare(task, p, None, None, options=options) for p in payloads]
+            if connection is not None:
+                return [snap.id for snap, _ in self.store.submit_on(connection, items)]
+            return [snap.id for snap, _ in self.store.submit(items)]
 
     def submit_prepared(
         self, items: builtins.list[NewTask]

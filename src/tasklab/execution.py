@@ -22,6 +22,7 @@ from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import LeaseLost, SessionLost, TasklabError
 from tasklab.store.roles import Effects, Leases, TaskReads, Waits
+from tasklab.tracing import ExecutionSpan
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
@@ -106,6 +107,8 @@ class Execution:
         # An async execution must not write from the event loop: it flushes in a thread.
         self.inline_flush = True
         self.stop_hooks: list[Callable[[], None]] = []
+        self.span: ExecutionSpan | None = None  # tracing.py, set by Monitor.watching
+        self.settled: State | None = None
         self._journal: dict[str, EffectRecord] | None = None
 
     # ---- the port ------------------------------------------------------------------
@@ -357,7 +360,12 @@ class Execution:
             try:
                 self._resolve_unsure()
                 events = self._take()
-                return self.engine.finisher.finish(self.claim, outcome, events)
+                if self.span is None:
+                    self.settled = self.engine.finisher.finish(self.claim, outcome, events)
+                else:
+                    with self.span.commit():
+                        self.settled = self.engine.finisher.finish(self.claim, outcome, events)
+                return self.settled
             except LeaseLost:
                 self._lose()
                 return None

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tasklab import tracing
 from tasklab.core.models import Claim
 from tasklab.core.states import CancelReason, State
 from tasklab.store.roles import Signals, Submits, TaskReads
@@ -230,7 +231,23 @@ class _Watching:
 
     def __enter__(self) -> Execution:
         self._monitor.add(self._execution)
+        if tracing.enabled():  # the attempt's spans, in the submitter's trace
+            ex = self._execution
+            claim = ex.claim
+            attributes = {
+                "tasklab.task_id": claim.task_id,
+                "tasklab.task": claim.task,
+                "tasklab.attempt": claim.attempt,
+                "tasklab.epoch": claim.epoch,
+                "tasklab.worker": claim.owner,
+            }
+            stored = ex.engine.store.trace_context(claim.task_id)
+            ex.span = tracing.ExecutionSpan(stored, attributes, claim.sent_at or time.monotonic())
         return self._execution
 
     def __exit__(self, *exc: object) -> None:
         self._monitor.remove(self._execution)
+        span = self._execution.span
+        if span is not None:
+            settled = self._execution.settled
+            span.end(settled.value if settled is not None else None)

@@ -180,6 +180,7 @@ class NewTask:
     concurrency_limit: int | None = None  # the task's per-key limit, with a key only
     unique_key: str | None = None
     parent_id: str | None = None  # spawned by that task (ctx.spawn)
+    trace_context: str | None = None  # the submitter's W3C trace context (tracing.py)
 
     def payload_text(self) -> str:
         return self.payload_json if self.payload_json is not None else dumps(self.payload)

@@ -41,6 +41,12 @@ class SqlReads(SqlCore):
             rows = self._all(conn, "events_after", task_id=task_id, after=after, limit=limit)
         return self._events(rows)
 
+    def trace_context(self, task_id: str) -> str | None:
+        """The submitter's stored trace context (tracing.py), or None."""
+        with self._read() as conn:
+            row = self._one(conn, "trace_context", id=task_id)
+        return row["trace_context"] if row is not None else None
+
     def timeline_events(self, task_id: str) -> list[Event]:
         """The attempt, resume, retry, expiry and wait events (core/timeline.py)."""
         with self._read() as conn:

@@ -81,6 +81,7 @@ class SqlSubmits(SqlClaims):
             "concurrency_limit": item.concurrency_limit,
             "unique_key": item.unique_key,
             "parent_id": item.parent_id,
+            "trace_context": item.trace_context,
         }
 
     def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:

@@ -29,7 +29,8 @@ SELECT clock_timestamp() AS now;
 -- key, inserts nothing. run_after: :run_at, or now plus :delay seconds.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, idempotency_key, run_after, created_at, queue, priority,
-                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id)
+                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id,
+                   trace_context)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         CAST(:timeout AS DOUBLE PRECISION), CAST(:idempotency_key AS TEXT),
         COALESCE(CAST(:run_at AS TIMESTAMPTZ),
@@ -38,7 +39,7 @@ VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bou
         COALESCE(CAST(:run_at AS TIMESTAMPTZ) > clock_timestamp(),
                  COALESCE(CAST(:delay AS DOUBLE PRECISION), 0) > 0),
         CAST(:concurrency_key AS TEXT), CAST(:concurrency_limit AS INTEGER),
-        CAST(:unique_key AS TEXT), CAST(:parent_id AS TEXT))
+        CAST(:unique_key AS TEXT), CAST(:parent_id AS TEXT), CAST(:trace_context AS TEXT))
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
@@ -48,23 +49,24 @@ RETURNING id, created_at, run_after;
 -- idempotency key inserts nothing (the caller reads those by `tasks_by_keys`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit, idempotency_key, parent_id)
+                   concurrency_key, concurrency_limit, idempotency_key, parent_id, trace_context)
 SELECT t.id, t.task, t.payload, 'queued', t.max_attempts, t.retry_safe, t.request_bound,
        t.timeout,
        COALESCE(t.run_at, clock_timestamp() + make_interval(secs => COALESCE(t.delay, 0))),
        clock_timestamp(), t.queue, t.priority,
        COALESCE(t.run_at > clock_timestamp(), COALESCE(t.delay, 0) > 0),
-       t.concurrency_key, t.concurrency_limit, t.idempotency_key, t.parent_id
+       t.concurrency_key, t.concurrency_limit, t.idempotency_key, t.parent_id, t.trace_context
 FROM unnest(CAST(:id AS TEXT[]), CAST(:task AS TEXT[]), CAST(:payload AS TEXT[]),
             CAST(:max_attempts AS INTEGER[]), CAST(:retry_safe AS BOOLEAN[]),
             CAST(:request_bound AS BOOLEAN[]), CAST(:timeout AS DOUBLE PRECISION[]),
             CAST(:queue AS TEXT[]), CAST(:priority AS INTEGER[]),
             CAST(:run_at AS TIMESTAMPTZ[]), CAST(:delay AS DOUBLE PRECISION[]),
             CAST(:concurrency_key AS TEXT[]), CAST(:concurrency_limit AS INTEGER[]),
-            CAST(:idempotency_key AS TEXT[]), CAST(:parent_id AS TEXT[]))
+            CAST(:idempotency_key AS TEXT[]), CAST(:parent_id AS TEXT[]),
+            CAST(:trace_context AS TEXT[]))
      WITH ORDINALITY AS t(id, task, payload, max_attempts, retry_safe, request_bound,
                           timeout, queue, priority, run_at, delay, concurrency_key,
-                          concurrency_limit, idempotency_key, parent_id, n)
+                          concurrency_limit, idempotency_key, parent_id, trace_context, n)
 ORDER BY t.n
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
@@ -731,3 +733,7 @@ DELETE FROM queue_activity WHERE minute < floor(extract(epoch FROM clock_timesta
 SELECT task_id, seq, attempt, type, data, at FROM events
 WHERE task_id = :task_id AND type IN ('attempt', 'resumed', 'retry', 'lease_expired', 'waiting')
 ORDER BY seq LIMIT 10000;
+
+-- name: trace_context
+-- The stored trace context of a task (tracing.py).
+SELECT trace_context FROM tasks WHERE id = :id;

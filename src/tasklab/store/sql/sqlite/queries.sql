@@ -20,13 +20,14 @@ SELECT julianday('now') AS now;
 -- value within a statement, so an undelayed task is not `delayed`).
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, idempotency_key, run_after, created_at, queue, priority,
-                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id)
+                   delayed, concurrency_key, concurrency_limit, unique_key, parent_id,
+                   trace_context)
 VALUES (:id, :task, :payload, 'queued', :max_attempts, :retry_safe, :request_bound,
         :timeout, :idempotency_key,
         COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0), julianday('now'),
         :queue, :priority,
         COALESCE(:run_at, julianday('now') + COALESCE(:delay, 0) / 86400.0) > julianday('now'),
-        :concurrency_key, :concurrency_limit, :unique_key, :parent_id)
+        :concurrency_key, :concurrency_limit, :unique_key, :parent_id, :trace_context)
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
 
@@ -37,7 +38,7 @@ RETURNING id, created_at, run_after;
 -- before an upsert clause.
 INSERT INTO tasks (id, task, payload, state, max_attempts, retry_safe, request_bound,
                    timeout, run_after, created_at, queue, priority, delayed,
-                   concurrency_key, concurrency_limit, idempotency_key, parent_id)
+                   concurrency_key, concurrency_limit, idempotency_key, parent_id, trace_context)
 SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        value ->> 'max_attempts', value ->> 'retry_safe', value ->> 'request_bound',
        value ->> 'timeout',
@@ -46,7 +47,7 @@ SELECT value ->> 'id', value ->> 'task', value ->> 'payload', 'queued',
        COALESCE(value ->> 'run_at', julianday('now') + COALESCE(value ->> 'delay', 0) / 86400.0)
            > julianday('now'),
        value ->> 'concurrency_key', value ->> 'concurrency_limit', value ->> 'idempotency_key',
-       value ->> 'parent_id'
+       value ->> 'parent_id', value ->> 'trace_context'
 FROM json_each(:rows) WHERE true ORDER BY key
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, run_after;
@@ -681,3 +682,7 @@ DELETE FROM queue_activity WHERE minute < CAST((julianday('now') - 2440587.5) * 
 SELECT task_id, seq, attempt, type, data, at FROM events
 WHERE task_id = :task_id AND type IN ('attempt', 'resumed', 'retry', 'lease_expired', 'waiting')
 ORDER BY seq LIMIT 10000;
+
+-- name: trace_context
+-- The stored trace context of a task (tracing.py).
+SELECT trace_context FROM tasks WHERE id = :id;
