@@ -27,7 +27,7 @@ from tasklab._types import Row
 from tasklab.core.models import ClaimRequest
 from tasklab.errors import ForeignConnection, SessionLost, StoreError, WorkerAlive
 from tasklab.redact import redact
-from tasklab.store import queries
+from tasklab.store import pgsessions, queries
 from tasklab.store.caller import CallersConnection
 from tasklab.store.gate import ClosingGate
 from tasklab.store.signal import ChangeSignal
@@ -63,6 +63,16 @@ class PostgresStore(SqlStore):
             "tcp_user_timeout": 5000,
             "connect_timeout": 5,
         }
+        # refuses a transaction-mode pooler; options by SET where a pooler takes none
+        self._kwargs = pgsessions.connection_kwargs(url, self._options, self._net)
+        self._settings = (
+            {}
+            if "options" in self._kwargs
+            else {
+                "statement_timeout": str(statement_timeout_ms),
+                "jit": "off",
+            }
+        )
         try:
             self._pool = ConnectionPool(
                 url,
@@ -70,12 +80,8 @@ class PostgresStore(SqlStore):
                 max_size=max_size,
                 open=True,
                 timeout=10,
-                kwargs={
-                    "autocommit": True,
-                    "row_factory": dict_row,
-                    "options": self._options,
-                    **self._net,
-                },
+                kwargs={**self._kwargs, "row_factory": dict_row},
+                configure=pgsessions.configure(self._settings) if self._settings else None,
                 check=_not_hung_up,
             )
             self._pool.wait(timeout=10)
@@ -95,13 +101,10 @@ class PostgresStore(SqlStore):
         self._migrate()
 
     def _dedicated(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(
-            self._conninfo,
-            autocommit=True,
-            row_factory=dict_row,
-            options=self._options,
-            **self._net,  # type: ignore[arg-type]
-        )
+        conn = psycopg.connect(self._conninfo, row_factory=dict_row, **self._kwargs)
+        if self._settings:
+            pgsessions.configure(self._settings)(conn)
+        return conn
 
     @contextmanager
     def _read(self) -> Iterator[Any]:

@@ -1,0 +1,74 @@
+"""What a PostgreSQL store needs of its connections, checked before it opens: real
+sessions. LISTEN (wake-ups) and session advisory locks (executor liveness, recovery)
+live as long as a server session; a pooler in transaction or statement mode (PgBouncer
+`pool_mode = transaction`) hands each transaction to whichever server connection is
+free, so a listener would miss notifications and a "held" lock would belong to
+nobody. Such a pooler is refused, with the reason; PgBouncer in session mode works.
+
+The check: two client connections open at once, each asks its server backend's pid.
+Directly, or through a session-mode pooler, two open sessions are two backends; a
+transaction-mode pooler answers both from one idle server connection (it reuses the
+last one released). Two different pids do not prove a pooler absent (a busy pool may
+hand out two), so the PgBouncer signature is read too: it refuses the `options`
+startup parameter unless told to ignore it, and then tasklab's session settings are
+sent with SET instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tasklab.errors import StoreError
+from tasklab.redact import redact
+
+
+def connection_kwargs(url: str, options: str, net: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments for this store's connections, after the session check:
+    `options` in the startup packet where the server takes it; else none (the
+    settings are then SET by `configure`). StoreError for a transaction pooler."""
+    kwargs: dict[str, Any] = {"autocommit": True, **net, "options": options}
+    try:
+        first = psycopg.connect(url, **kwargs)
+    except psycopg.OperationalError as exc:
+        if "unsupported startup parameter" not in str(exc):
+            raise StoreError(redact(f"cannot connect to PostgreSQL at {url}: {exc}")) from exc
+        kwargs.pop("options")  # a pooler (PgBouncer) between us and the server
+        try:
+            first = psycopg.connect(url, **kwargs)
+        except psycopg.Error as again:
+            raise StoreError(redact(f"cannot connect to PostgreSQL at {url}: {again}")) from again
+    try:
+        with psycopg.connect(url, **kwargs) as second:
+            pids = {_pid(first), _pid(second)}
+    except psycopg.Error as exc:
+        raise StoreError(redact(f"cannot connect to PostgreSQL at {url}: {exc}")) from exc
+    finally:
+        first.close()
+    if len(pids) == 1:
+        raise StoreError(
+            redact(
+                f"PostgreSQL at {url} is reached through a pooler in transaction or "
+                f"statement mode (two open sessions were answered by one server backend, "
+                f"pid {pids.pop()}): tasklab needs real sessions — LISTEN for wake-ups, "
+                "session advisory locks for executor liveness. Connect directly, or "
+                "through the pooler's session mode (PgBouncer: pool_mode = session)."
+            )
+        )
+    return kwargs
+
+
+def configure(settings: dict[str, str]) -> Any:
+    """A pool `configure` callback that sets what the startup packet could not carry."""
+
+    def apply(conn: psycopg.Connection[Any]) -> None:
+        for name, value in settings.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+    return apply
+
+
+def _pid(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return int(row[0]) if row else -1
