@@ -24,15 +24,19 @@ from tasklab.errors import (
     LeaseLost,
     QueueFull,
     ShuttingDown,
+    TaskCancelled,
+    TaskFailed,
     TasklabError,
     TaskLive,
     TaskNotFound,
     UnknownTask,
     WorkerAlive,
 )
+from tasklab.handles import TaskHandle
 from tasklab.runners.aio import AsyncTaskRunner
 from tasklab.runners.process import ProcessTaskRunner
 from tasklab.runners.thread import ThreadTaskRunner
+from tasklab.typed import Task
 
 __all__ = [
     "AsyncTaskRunner",
@@ -54,9 +58,13 @@ __all__ = [
     "Settings",
     "ShuttingDown",
     "State",
+    "Task",
     "TaskApp",
+    "TaskCancelled",
     "TaskContext",
+    "TaskFailed",
     "TaskFilter",
+    "TaskHandle",
     "TaskLive",
     "TaskNotFound",
     "TaskSnapshot",

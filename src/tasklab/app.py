@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from tasklab import tracing
 from tasklab.config import Settings
@@ -42,14 +42,14 @@ from tasklab.core.submitting import prepare
 from tasklab.engine import Engine
 from tasklab.errors import InvalidPayload
 from tasklab.finisher import Finisher
+from tasklab.handles import TaskHandle
 from tasklab.monitor import Monitor
 from tasklab.operations import TaskOperations
 from tasklab.store import Store
 from tasklab.tasks import register_builtins
+from tasklab.typed import Register, register_with
 
 log = logging.getLogger("tasklab.app")
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_DB = "sqlite:///tasklab.db"
 
@@ -127,11 +127,12 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         queue: str = DEFAULT_QUEUE,
         priority: int = 0,
         concurrency_limit: int | None = None,
-    ) -> Callable[[F], F]:
+    ) -> Register:
         """Register a function as a task. Its first argument is the `TaskContext`.
         `queue` and `priority` are its defaults (a submit may override them);
         `concurrency_limit`: at most that many running at once per `concurrency_key`
-        given at submit."""
+        given at submit. Returns a typed `Task` (typed.py): still callable as the
+        function, and `.submit(*args)` → `TaskHandle`."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         check_queue(queue)
@@ -141,28 +142,31 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
             if transactional:
                 raise ValueError("a transactional task cannot have a concurrency_limit")
 
-        def register(fn: F) -> F:
+        def register(fn: Callable[..., Any]) -> str:
             is_async = inspect.iscoroutinefunction(fn)
             if transactional and is_async:
                 raise ValueError("a transactional task cannot be async")
-            self.registry.add(
-                TaskDef(
-                    name or f"{fn.__module__}.{fn.__qualname__}",
-                    fn,
-                    max_attempts=max_attempts,
-                    retry_safe=retry_safe,
-                    retry_on=tuple(retry_on),
-                    transactional=transactional,
-                    timeout=timeout,
-                    is_async=is_async,
-                    queue=queue,
-                    priority=priority,
-                    concurrency_limit=concurrency_limit,
-                )
+            spec = TaskDef(
+                name or f"{fn.__module__}.{fn.__qualname__}",
+                fn,
+                max_attempts=max_attempts,
+                retry_safe=retry_safe,
+                retry_on=tuple(retry_on),
+                transactional=transactional,
+                timeout=timeout,
+                is_async=is_async,
+                queue=queue,
+                priority=priority,
+                concurrency_limit=concurrency_limit,
             )
-            return fn
+            self.registry.add(spec)
+            return spec.name
 
-        return register
+        return register_with(register, self)
+
+    def handle(self, task_id: str) -> TaskHandle[Any]:
+        """A handle on a task submitted before (by name, by another process)."""
+        return TaskHandle(self, task_id)
 
     # ---- submitting and reading ----------------------------------------------------
     def prepare(

@@ -70,6 +70,27 @@ class TaskLive(TasklabError):
     code = "task_live"
 
 
+class TaskFailed(TasklabError):
+    """Raised by `TaskHandle.result()` for a task that ended failed; `snapshot` holds
+    its stored error (`snapshot.error.code`: task_error, outcome_unknown, …)."""
+
+    code = "task_failed"
+
+    def __init__(self, message: str, snapshot: object = None) -> None:
+        super().__init__(message)
+        self.snapshot = snapshot
+
+
+class TaskCancelled(TasklabError):
+    """Raised by `TaskHandle.result()` for a task that ended cancelled (`snapshot`)."""
+
+    code = "task_cancelled"
+
+    def __init__(self, message: str, snapshot: object = None) -> None:
+        super().__init__(message)
+        self.snapshot = snapshot
+
+
 class QueueFull(TasklabError, BufferError):
     """Raised by `runner.submit()` when workers + backlog slots are all taken; the task
     stays `queued`."""

@@ -511,3 +511,17 @@ def durable3(ctx: Any, path: str, pause_at: str, safe: bool = False) -> list[str
     ctx.sleep_for(3.0 if pause_at == "sleeping" else 0.0)
     done.append(ctx.step("s3", _stepped, path, ctx.task_id, "s3", pause_at, retry_safe=safe))
     return done
+
+
+@app.task(name="t.progress_then_hold", retry_safe=True, max_attempts=2)
+def progress_then_hold(ctx: Any, dir: str) -> str:
+    """Three progress events per attempt; the first attempt then touches `started` and
+    hangs (to be SIGKILLed), the second returns."""
+    for i in range(3):
+        ctx.emit({"attempt": ctx.attempt, "i": i})
+    if ctx.attempt == 1:
+        (Path(dir) / "started").touch()
+        for _ in range(6000):  # the monitor flushes the events meanwhile
+            ctx.checkpoint()
+            time.sleep(0.01)
+    return "done"
