@@ -216,6 +216,20 @@ def test_bench_queue_reports_every_figure_for_every_run(tmp_path):
     assert counts(db) == dict.fromkeys(counts(db), 0)  # each run prunes what it made
 
 
+def test_bench_search_and_handles_report_plans_and_latencies(tmp_path):
+    search_db = f"sqlite:///{tmp_path / 'search.db'}"
+    done = run("bench", "search", "--db", search_db, "--n", "2000", "--json")
+    assert done.returncode == 0, done.stderr
+    filters = json.loads(done.stdout)["filters"]
+    assert set(filters) >= {"state queued", "task", "queue", "parent_id", "id prefix"}
+    assert all(f["plan"] and f["first_page_ms"] > 0 for f in filters.values())
+    handles_db = f"sqlite:///{tmp_path / 'handles.db'}"
+    done = run("bench", "handles", "--db", handles_db, "--samples", "10", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["samples"] == 10 and 0 <= doc["p50_ms"] <= doc["max_ms"]
+
+
 def test_webhooks_list_and_remove(db):
     assert json.loads(run("webhooks", "list", "--db", db, "--json").stdout) == {}
     from tasklab.store import open_store

@@ -1,4 +1,4 @@
-"""`tasklab bench queue|runners|serve|search`: numbers with their conditions."""
+"""`tasklab bench queue|runners|serve|search|handles`: numbers with their conditions."""
 
 from __future__ import annotations
 
@@ -244,3 +244,34 @@ def bench_search(
         return t
 
     _report(as_json, {"conditions": conditions, "filters": doc}, table, conditions)
+
+
+@bench.command("handles")
+def bench_handles(
+    db: Db = DEFAULT_DB,
+    samples: Annotated[int, typer.Option("--samples", min=10)] = 200,
+    durability: Annotated[str, typer.Option("--durability")] = "full",
+    as_json: AsJson = False,
+) -> None:
+    """How soon TaskHandle.result() returns after a worker process's terminal commit."""
+    import os
+    import platform
+
+    from tasklab.bench import handles
+    from tasklab.redact import redact
+
+    doc = _guard(lambda: handles.run(db, samples, durability))
+    conditions = {
+        "db": redact(db),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "worker": "the default worker in its own process, one task at a time",
+    }
+
+    def table() -> Table:
+        t = Table("result() after the terminal commit", "ms", title="handles")
+        for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
+            t.add_row(k.removesuffix("_ms"), str(doc[k]))
+        return t
+
+    _report(as_json, {"conditions": conditions, **doc}, table, conditions)
