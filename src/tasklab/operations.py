@@ -95,23 +95,20 @@ class TaskOperations:
         `cancel_requested`, `unchanged` (ended meanwhile)."""
         f = _bulk_filter(where, criteria)
         states = _states(f, CANCELLABLE, "cancel_where takes live tasks")
-        store = self.engine.store
-        if dry_run:
-            return {"matched": sum(store.count_matching(_with(f, s)) for s in states)}
-        totals = dict.fromkeys(("matched", "cancelled", "cancel_requested", "unchanged"), 0)
-        for ids in _batches(self.engine, f, states, _batch(batch), not_retried=False):
-            outs = self.engine.cancel_many(ids, CancelReason.USER)
-            totals["matched"] += len(ids)
-            for out in outs:
+
+        def cancel(ids: list[str]) -> dict[str, int]:
+            tally = {"cancelled": 0, "cancel_requested": 0, "unchanged": 0}
+            for out in self.engine.cancel_many(ids, CancelReason.USER):
                 if out is None or not out.request_accepted:
-                    totals["unchanged"] += 1
+                    tally["unchanged"] += 1
                 elif out.state is State.CANCELLED:
-                    totals["cancelled"] += 1
+                    tally["cancelled"] += 1
                 else:
-                    totals["cancel_requested"] += 1
-            if progress is not None:
-                progress(dict(totals))
-        return totals
+                    tally["cancel_requested"] += 1
+            return tally
+
+        kinds = ("cancelled", "cancel_requested", "unchanged")
+        return _bulk(self.engine, f, states, cancel, kinds, dry_run, batch, progress, False)
 
     def retry_where(
         self,
@@ -129,20 +126,13 @@ class TaskOperations:
         at once make one retry of each task."""
         f = _bulk_filter(where, criteria)
         states = _states(f, RETRYABLE, "retry_where takes ended tasks", terminal=True)
-        store = self.engine.store
-        if dry_run:
-            return {
-                "matched": sum(store.count_matching(_with(f, s), not_retried=True) for s in states)
-            }
-        totals = dict.fromkeys(("matched", "retried", "skipped"), 0)
-        for ids in _batches(self.engine, f, states, _batch(batch), not_retried=True):
-            made = store.retry_many(ids, [f"retry:{i}" for i in ids])
-            totals["matched"] += len(ids)
-            totals["retried"] += len(made)
-            totals["skipped"] += len(ids) - len(made)
-            if progress is not None:
-                progress(dict(totals))
-        return totals
+
+        def retry(ids: list[str]) -> dict[str, int]:
+            made = self.engine.store.retry_many(ids, [f"retry:{i}" for i in ids])
+            return {"retried": len(made), "skipped": len(ids) - len(made)}
+
+        kinds = ("retried", "skipped")
+        return _bulk(self.engine, f, states, retry, kinds, dry_run, batch, progress, True)
 
     def prune(
         self,
@@ -211,6 +201,33 @@ def _batch(batch: int) -> int:
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
         raise InvalidPayload(f"batch must be an integer from 1 to {MAX_BATCH}")
     return batch
+
+
+def _bulk(
+    engine: Engine,
+    f: TaskFilter,
+    states: tuple[State, ...],
+    act: Callable[[list[str]], dict[str, int]],
+    kinds: tuple[str, ...],
+    dry_run: bool,
+    batch: int,
+    progress: Progress | None,
+    not_retried: bool,
+) -> dict[str, int]:
+    """One bulk action: a dry run's count, or `act` on each batch (its own short
+    transaction), the running totals reported after each."""
+    size = _batch(batch)
+    if dry_run:
+        counts = (engine.store.count_matching(_with(f, s), not_retried=not_retried) for s in states)
+        return {"matched": sum(counts)}
+    totals = dict.fromkeys(("matched", *kinds), 0)
+    for ids in _batches(engine, f, states, size, not_retried=not_retried):
+        totals["matched"] += len(ids)
+        for key, n in act(ids).items():
+            totals[key] += n
+        if progress is not None:
+            progress(dict(totals))
+    return totals
 
 
 def _batches(

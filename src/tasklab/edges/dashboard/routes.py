@@ -22,12 +22,43 @@ def _read(name: str) -> str:
     return resources.files("tasklab.edges.dashboard").joinpath("static", name).read_text()
 
 
+# page: (data-page, <title>, what follows the header's name, its nav entry)
+PAGES = {
+    "index": ("list", "tasklab", '<span class="muted">tasks that tell the truth</span>', "Tasks"),
+    "task": ("task", "task · tasklab", '<span class="muted" id="task-title"></span>', None),
+    "queues": ("queues", "queues · tasklab", "", "Queues"),
+    "schedules": ("schedules", "schedules · tasklab", "", "Schedules"),
+    "workers": ("workers", "workers · tasklab", "", "Workers"),
+}
+NAV = (
+    ("./", "Tasks"),
+    ("ui/queues", "Queues"),
+    ("ui/schedules", "Schedules"),
+    ("ui/workers", "Workers"),
+)
+
+
 def _page(name: str, request: Request) -> HTMLResponse:
-    """A page whose links, assets and API calls are relative to where the app is
-    mounted (`<base>`: the root path Starlette's `Mount` sets, or `/`)."""
+    """A page: the shell (page.html) around its body (body-<name>.html). Its links,
+    assets and API calls are relative to where the app is mounted (`<base>`: the root
+    path Starlette's `Mount` sets, or `/`)."""
+    page, title, subtitle, current = PAGES[name]
+    here = ' aria-current="page"'
+    nav = " ".join(
+        f'<a href="{href}"{here if text == current else ""}>{text}</a>' for href, text in NAV
+    )
     root = request.scope.get("root_path", "").rstrip("/")
+    doc = _read("page.html")
+    for key, value in (
+        ("{title}", title),
+        ("{page}", page),
+        ("{subtitle}", subtitle),
+        ("{nav}", nav),
+        ("{body}", _read(f"body-{name}.html").split("\n", 1)[1]),  # without its comment
+    ):
+        doc = doc.replace(key, value, 1)
     base = f'<base href="{html.escape(root)}/">'
-    return HTMLResponse(_read(name).replace("<head>", "<head>\n" + base, 1))
+    return HTMLResponse(doc.replace("<head>", "<head>\n" + base, 1))
 
 
 def mount_dashboard(api: FastAPI, state: ServerState, guards: list[Any] | None = None) -> None:
@@ -37,23 +68,23 @@ def mount_dashboard(api: FastAPI, state: ServerState, guards: list[Any] | None =
 
     @api.get("/", include_in_schema=False, dependencies=guards)
     async def index(request: Request) -> HTMLResponse:
-        return _page("index.html", request)
+        return _page("index", request)
 
     @api.get("/ui/tasks/{task_id}", include_in_schema=False, dependencies=guards)
     async def task_page(task_id: str, request: Request) -> HTMLResponse:
-        return _page("task.html", request)
+        return _page("task", request)
 
     @api.get("/ui/queues", include_in_schema=False, dependencies=guards)
     async def queues_page(request: Request) -> HTMLResponse:
-        return _page("queues.html", request)
+        return _page("queues", request)
 
     @api.get("/ui/workers", include_in_schema=False, dependencies=guards)
     async def workers_page(request: Request) -> HTMLResponse:
-        return _page("workers.html", request)
+        return _page("workers", request)
 
     @api.get("/ui/schedules", include_in_schema=False, dependencies=guards)
     async def schedules_page(request: Request) -> HTMLResponse:
-        return _page("schedules.html", request)
+        return _page("schedules", request)
 
     @api.get("/static/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
