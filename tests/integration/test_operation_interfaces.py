@@ -164,13 +164,16 @@ def test_cli_retry_cancel_and_list_with_filters(store_url):
     assert shown["retry_of"] == tid
     again = json.loads(cli("retry", "--task", "t.echo", "--yes", "--json", *dbs).stdout)
     assert again == {"matched": 3, "retried": 3, "skipped": 0}
-    for bad in (
+    bad_input = [
         ["cancel", *dbs],  # nothing named
         ["cancel", tid, "--task", "t.echo", *dbs],  # both
         ["retry", "--state", "queued", "--yes", *dbs],
         ["list", "--created-after", "soon", *dbs],
         ["list", "--id-prefix", "xyz", *dbs],
-    ):
+    ]
+    # the checks are the store's alike: every one on SQLite, one on PostgreSQL (each
+    # call is a process start)
+    for bad in bad_input if store_url.startswith("sqlite") else bad_input[2:3]:
         out = cli(*bad, check=False)
         assert out.returncode == 2, (bad, out.stderr)
         assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
