@@ -83,7 +83,8 @@ class QueueControls:
         and server runs the scheduler; each tick makes exactly one task."""
 
         def register(fn: F) -> F:
-            spec = next((t for t in self.engine.registry.all() if t.fn is fn), None)
+            target = getattr(fn, "fn", fn)  # a `Task` (typed.py) or the function itself
+            spec = next((t for t in self.engine.registry.all() if t.fn is target), None)
             if spec is None:
                 raise ValueError("@app.periodic goes above @app.task (on a registered task)")
             schedule = self._checked_schedule(

@@ -97,7 +97,9 @@ def _resolve(qualified: str) -> Any:
     obj: Any = importlib.import_module(module)
     for part in name.split("."):
         obj = getattr(obj, part)
-    return obj
+    from tasklab.typed import Task
+
+    return obj.fn if isinstance(obj, Task) else obj  # what @app.task made of it
 
 
 def _run(port: ChildPort, msg: dict[str, Any]) -> dict[str, Any]:

@@ -65,14 +65,8 @@ class PostgresStore(SqlStore):
         }
         # refuses a transaction-mode pooler; options by SET where a pooler takes none
         self._kwargs = pgsessions.connection_kwargs(url, self._options, self._net)
-        self._settings = (
-            {}
-            if "options" in self._kwargs
-            else {
-                "statement_timeout": str(statement_timeout_ms),
-                "jit": "off",
-            }
-        )
+        settings = {"statement_timeout": str(statement_timeout_ms), "jit": "off"}
+        self._settings = {} if "options" in self._kwargs else settings
         try:
             self._pool = ConnectionPool(
                 url,
