@@ -6,22 +6,12 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from tasklab.edges.jsonl.server import JsonLinesServer
 from tests.acceptance.test_sigkill import APP, cli
-from tests.helpers.servers import ServiceThread
 from tests.integration.test_jsonl import db, request, run
-
-
-@pytest.fixture
-def client(app):
-    with (
-        ServiceThread(app, embed_worker=False) as server,
-        httpx.Client(base_url=server.url, timeout=10) as c,
-    ):
-        yield c
+from tests.integration.test_queue_interfaces import client  # noqa: F401 (the fixture)
 
 
 def _failed(app, n: int = 3) -> list[str]:  # type: ignore[no-untyped-def]
@@ -30,7 +20,7 @@ def _failed(app, n: int = 3) -> list[str]:  # type: ignore[no-untyped-def]
     return ids
 
 
-def test_http_retry_one_task(client, app):
+def test_http_retry_one_task(client, app):  # noqa: F811
     (tid,) = _failed(app, 1)
     r = client.post(f"/tasks/{tid}/retry")
     assert r.status_code == 201, r.text
@@ -49,7 +39,7 @@ def test_http_retry_one_task(client, app):
     assert app.counts()["queued"] == 2
 
 
-def test_http_bulk_cancel_and_retry(client, app):
+def test_http_bulk_cancel_and_retry(client, app):  # noqa: F811
     _failed(app, 3)
     queued = [app.submit("t.echo", {"value": i}) for i in range(4)]
     r = client.post("/tasks/cancel", json={"filter": {"task": "t.echo"}, "dry_run": True})
@@ -80,7 +70,7 @@ def test_http_bulk_cancel_and_retry(client, app):
         [],
     ],
 )
-def test_http_bad_bulk_bodies_are_422_and_change_nothing(client, app, body):
+def test_http_bad_bulk_bodies_are_422_and_change_nothing(client, app, body):  # noqa: F811
     app.submit("t.echo", {"value": 1})
     r = client.post("/tasks/cancel", json=body)
     assert r.status_code == 422, r.text
@@ -88,7 +78,7 @@ def test_http_bad_bulk_bodies_are_422_and_change_nothing(client, app, body):
     assert app.counts()["queued"] == 1
 
 
-def test_http_search_filters(client, app):
+def test_http_search_filters(client, app):  # noqa: F811
     _failed(app, 2)
     app.submit("t.echo", {"value": 1}, queue="mail")
     ids = [i["id"] for i in client.get("/tasks", params={"state": "failed"}).json()["items"]]

@@ -370,6 +370,7 @@ async function refreshDurable() {
   $("#parent").replaceChildren(...(snap.parent_id
     ? ["Spawned by ", el("a", { href: `ui/tasks/${snap.parent_id}`, text: snap.parent_id })]
     : ["No parent."]));
+  if (typeof renderTimeline === "function") renderTimeline(doc.attempts);
   $("#children").replaceChildren(...doc.children.map((c) => el("li", { "data-child": c.id },
     el("a", { href: `ui/tasks/${c.id}`, text: `${c.task} ${c.id}` }), " ",
     el("span", { class: `state state-${c.state}`, text: c.state }))));

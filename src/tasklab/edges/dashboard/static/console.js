@@ -144,9 +144,9 @@ function enhanceList() {
 }
 
 // ---- the task page: timeline of attempts, Retry ------------------------------------
-async function refreshTimeline() {
-  const doc = await api(`tasks/${view.id}/journal`);
-  $("#timeline tbody").replaceChildren(...doc.attempts.map((a) => el("tr", { "data-attempt": String(a.attempt) },
+// drawn from the journal app.js's refreshDurable already fetched (one request a tick)
+function renderTimeline(attempts) {
+  $("#timeline tbody").replaceChildren(...attempts.map((a) => el("tr", { "data-attempt": String(a.attempt) },
     el("td", { class: "num", text: `${a.attempt}${a.resumed ? " (resumed)" : ""}` }),
     el("td", { class: "num", text: a.epoch == null ? "—" : String(a.epoch) }),
     el("td", { text: a.worker || "—" }),
@@ -171,12 +171,8 @@ async function retryTask() {
 function enhanceTask(snap) {
   $("#retry").addEventListener("click", retryTask);
   const ended = () => ["succeeded", "failed", "cancelled"].includes($("#state").textContent);
-  const tick = () => {
-    $("#retry").disabled = !ended();
-    refreshTimeline().catch(() => {});
-  };
-  tick();
-  setInterval(tick, 1000);
+  $("#retry").disabled = !ended();
+  setInterval(() => { $("#retry").disabled = !ended(); }, 1000);
   if (snap.retry_of) {
     $("#parent").after(el("p", { class: "muted", id: "retry-of" }, "A retry of ",
       el("a", { href: `ui/tasks/${snap.retry_of}`, text: snap.retry_of })));
