@@ -99,3 +99,40 @@ def test_without_a_tracer_provider_nothing_is_stored(app):
     assert app.store.trace_context(tid) is None
     app.run(tid)
     assert app.query(tid).state.value == "succeeded"
+
+
+LATE_PROVIDER = textwrap.dedent(
+    """
+    import json, os, tempfile
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from tasklab import TaskApp, tracing
+    app = TaskApp("sqlite:///" + os.path.join(tempfile.mkdtemp(), "t.db"))
+
+    @app.task(name="t.late")
+    def late(ctx):
+        return None
+
+    before = tracing.enabled(), app.submit("t.late", {})
+    trace.set_tracer_provider(TracerProvider())  # after tasklab has asked
+    after = tracing.enabled(), app.submit("t.late", {})
+    print(json.dumps([before[0], app.store.trace_context(before[1]) is None,
+                      after[0], app.store.trace_context(after[1]) is None]))
+    app.close()
+    """
+)
+
+
+def test_a_provider_set_after_the_first_submits_is_used_from_then_on():
+    # enabled() answers from a flag and the API's global (it is asked on every submit
+    # and attempt): one set late must still turn tracing on
+    out = subprocess.run(
+        [sys.executable, "-c", LATE_PROVIDER],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(out.stdout.splitlines()[-1]) == [False, True, True, False]

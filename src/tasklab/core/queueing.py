@@ -140,6 +140,9 @@ class SubmitOptions:
     ) -> SubmitOptions:
         """Checked options from Python values or their wire forms (ISO 8601 text,
         seconds or `30s`)."""
+        if run_at is None and delay is None and queue is None and priority is None:
+            if concurrency_key is None and unique_key is None:
+                return NO_OPTIONS  # every plain submit: nothing to check
         if run_at is not None and delay is not None:
             raise InvalidPayload("give run_at or delay, not both")
         return SubmitOptions(
