@@ -17,6 +17,10 @@ from tests.conftest import make_app, wait_for
 
 BOUNDARIES = ["in:s1", "after:s1", "after:signal", "in:s2", "after:s2", "sleeping", "in:s3"]
 ROUNDS = 4
+# Two seconds, not one: in one full-suite run on two slow cores a task that should have
+# succeeded ended failed; the suspected cause is a renewal delayed past a one-second
+# lease, after which a resumed step that is not retry_safe ends outcome_unknown
+LEASE = 2.0
 
 
 def _at(path: Path) -> set[tuple[str, str]]:
@@ -35,7 +39,7 @@ def test_sigkill_at_every_boundary_of_a_durable_function(store_url, tmp_path: Pa
     app = make_app(store_url)
     tasks: dict[str, tuple[str, bool]] = {}  # task id -> (boundary, retry_safe steps)
     killed = 0
-    worker = spawn(store_url, concurrency=10, lease=1.0)
+    worker = spawn(store_url, concurrency=10, lease=LEASE)
     try:
         for r in range(ROUNDS):
             safe = r % 2 == 1
@@ -55,7 +59,7 @@ def test_sigkill_at_every_boundary_of_a_durable_function(store_url, tmp_path: Pa
             assert worker.wait(10) == -9
             worker.stderr.close()  # type: ignore[union-attr]
             killed += len(ids)
-            worker = spawn(store_url, concurrency=10, lease=1.0)
+            worker = spawn(store_url, concurrency=10, lease=LEASE)
             for tid in ids:  # those killed before their wait get theirs now (it is kept)
                 if not app.query(tid).terminal:
                     app.signal(tid, "go", {"round": r})
