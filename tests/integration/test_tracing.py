@@ -31,6 +31,19 @@ SUBMIT = textwrap.dedent(
 )
 
 
+def _python(script: str, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """A script in a new Python process of its own (its tracer provider is its own)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        env=env(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
 def _spans(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -38,15 +51,7 @@ def _spans(path: Path) -> list[dict[str, Any]]:
 def test_one_trace_from_the_submitter_through_a_worker_process(store_url, tmp_path: Path):
     submitted = tmp_path / "submit.jsonl"
     worked = tmp_path / "worker.jsonl"
-    out = subprocess.run(
-        [sys.executable, "-c", SUBMIT, store_url],
-        cwd=ROOT,
-        env=env(TASKLAB_TEST_SPANS=str(submitted)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = _python(SUBMIT, store_url, TASKLAB_TEST_SPANS=str(submitted))
     ok, bad = out.stdout.split()
     worker = subprocess.Popen(
         [*TASKLAB, "worker", "--db", store_url, "--app", "tests.helpers.traced_app:app"],
@@ -126,13 +131,5 @@ LATE_PROVIDER = textwrap.dedent(
 def test_a_provider_set_after_the_first_submits_is_used_from_then_on():
     # enabled() answers from a flag and the API's global (it is asked on every submit
     # and attempt): one set late must still turn tracing on
-    out = subprocess.run(
-        [sys.executable, "-c", LATE_PROVIDER],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = _python(LATE_PROVIDER)
     assert json.loads(out.stdout.splitlines()[-1]) == [False, True, True, False]
