@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tasklab import Settings, TaskApp
+from tasklab.store.base import Store
 from tests.helpers import pg, sample_tasks
 
 STORES = ["sqlite", "postgres"]
@@ -51,8 +52,8 @@ def store_url(
             yield url
 
 
-def make_app(url: str, **settings: object) -> TaskApp:
-    app = TaskApp(url, settings=Settings(**settings))  # type: ignore[arg-type]
+def make_app(url: str, store: Store | None = None, **settings: object) -> TaskApp:
+    app = TaskApp(url, settings=Settings(**settings), store=store)  # type: ignore[arg-type]
     for task in sample_tasks.app.registry.all():
         app.registry.add(task)
     return app

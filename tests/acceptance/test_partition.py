@@ -5,6 +5,10 @@ Worker A reaches PostgreSQL through a proxy that goes silent (no RST, no FIN), w
 directly; the task is retry-safe, ticks a ledger every 0.2 s and checkpoints before
 each tick, so the ledger shows when each execution ran. Also on SQLite: a worker
 paused with SIGSTOP past its lease passes no checkpoint after SIGCONT.
+
+A worker cut off in the middle of a transaction leaves its backend waiting, with its
+row locks, for a next statement that never comes: the other workers' reaping passes
+over those rows instead of waiting, and the server ends that session in seconds.
 """
 
 from __future__ import annotations
@@ -12,12 +16,20 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from tasklab import State
+from tasklab.core.policy import Backoff
+from tasklab.errors import TasklabError
+from tasklab.store import open_store
 from tests.acceptance.test_shutdown import start_worker
 from tests.conftest import make_app, wait_for
 from tests.helpers.proxy import SilentProxy
@@ -142,6 +154,141 @@ def test_a_paused_worker_passes_no_checkpoint_after_it_resumes(tmp_path, runner)
     finally:
         reap(a)
         reap(b)
+        app.close()
+
+
+class CutOffTransaction:
+    """A session of `store` that runs `statements` in one transaction and is cut off
+    (the proxy goes silent) before its COMMIT: its backend is left idle in the
+    transaction, holding what the statements locked."""
+
+    def __init__(self, store, proxy: SilentProxy, statements: list[tuple[str, tuple]]) -> None:  # type: ignore[no-untyped-def]
+        self.backend_pid = 0
+        self._locked, self._cut = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(store, statements))
+        self._thread.start()
+        CutOffTransaction._threads.append(self._thread)
+        assert self._locked.wait(10), "the transaction did not take its locks"
+        proxy.pause()
+        self._cut.set()
+
+    def _run(self, store, statements) -> None:  # type: ignore[no-untyped-def]
+        try:
+            with store._write() as conn:
+                self.backend_pid = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+                for sql, params in statements:
+                    conn.execute(sql, params)
+                self._locked.set()
+                self._cut.wait(10)
+        except TasklabError:
+            pass  # its COMMIT met the silent network (tcp_user_timeout)
+
+    _threads: ClassVar[list[threading.Thread]] = []
+
+    @classmethod
+    def join_all(cls) -> None:
+        while cls._threads:
+            cls._threads.pop().join(30)
+
+
+def backend_state(admin_url: str, pid: int) -> str | None:
+    """The backend's state, read from a new session (None: it has ended)."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+@contextmanager
+def cut_off_setup(pg_url: str, idle_ms: int, lease: float) -> Iterator[tuple[Any, Any, Any]]:
+    """(a store reached through a silent-able proxy, that proxy, an app reached
+    directly), closed in the right order: the proxy forwards again first, so that a
+    cut-off transaction's thread ends."""
+    pg = urlsplit(pg_url)
+    proxy = SilentProxy((pg.hostname or "127.0.0.1", pg.port or 5432))
+    cut_off = open_store(via(pg_url, proxy.port), idle_in_transaction_timeout_ms=idle_ms)
+    app = make_app(pg_url, lease=lease)
+    try:
+        yield cut_off, proxy, app
+    finally:
+        proxy.resume()
+        CutOffTransaction.join_all()
+        cut_off.close()
+        app.close()
+        proxy.close()
+
+
+def test_a_worker_cut_off_mid_heartbeat_holds_up_no_other_workers_reaping(pg_url):
+    """Its executor row stays locked (the server would end the session only after a
+    minute here): a live worker's rounds pass over that row, expire the cut-off
+    worker's lease and run its task again while the backend still waits."""
+    with cut_off_setup(pg_url, idle_ms=60_000, lease=2.0) as (cut_off, proxy, app):
+        cut_off.register_worker("cut-off")
+        tid = app.submit("t.mark", {"n": 1})
+        assert cut_off.claim(["t.mark"], 1, "cut-off#1", 2.0)
+        # the first statement of its heartbeat: the row is locked, its beat not moved
+        beat = "UPDATE workers SET heartbeat_at = heartbeat_at WHERE id = %s"
+        held = CutOffTransaction(cut_off, proxy, [(beat, ("cut-off",))])
+        with app.worker(concurrency=1):
+            snap = wait_for(lambda: (s := app.query(tid)).terminal and s, timeout=20)
+            assert backend_state(pg_url, held.backend_pid) == "idle in transaction"
+        assert snap.state is State.SUCCEEDED and snap.result == 2
+
+
+def test_the_server_ends_a_cut_off_transaction_and_its_locks_go_with_it(pg_url):
+    with cut_off_setup(pg_url, idle_ms=1000, lease=1.0) as (cut_off, proxy, app):
+        tid = app.submit("t.mark", {"n": 1})
+        assert cut_off.claim(["t.mark"], 1, "cut-off#1", 1.0)
+        # cut off in the middle of a write to its task: the row is locked
+        lock = "SELECT id FROM tasks WHERE id = %s FOR UPDATE"
+        held = CutOffTransaction(cut_off, proxy, [(lock, (tid,))])
+        cut = time.monotonic()
+        wait_for(lambda: backend_state(pg_url, held.backend_pid) is None, timeout=10)
+        assert time.monotonic() - cut < 5.0  # the 1 s limit, not TCP's hours
+        # the lease has run out and the row is free: the reaper settles the task
+        resolved = wait_for(lambda: app.store.expire(Backoff()), timeout=10)
+        assert resolved == [tid]
+        assert app.query(tid).state is State.QUEUED  # retry-safe: queued again
+
+
+def test_tasklab_sessions_carry_their_limits_and_a_transactional_run_lifts_its_own(pg_url):
+    """The store's sessions carry the idle-in-transaction limit and server-side
+    keepalives; a transactional task idles in its transaction (its body is user code)
+    past that limit and still commits."""
+    import psycopg
+
+    store = open_store(pg_url, idle_in_transaction_timeout_ms=300)
+    app = make_app(pg_url)
+    try:
+        with store._read() as conn:
+            shown = {
+                name: conn.execute(f"SHOW {name}").fetchone()[name]
+                for name in ("idle_in_transaction_session_timeout", "tcp_keepalives_idle")
+            }
+        assert shown == {
+            "idle_in_transaction_session_timeout": "300ms",
+            "tcp_keepalives_idle": "10",
+        }
+        with app.store._read() as conn:  # type: ignore[attr-defined]  # the default
+            assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == {
+                "idle_in_transaction_session_timeout": "5s"
+            }
+        # an ordinary transaction idle past the limit is ended by the server
+        with pytest.raises(TasklabError):
+            with store._write() as conn:
+                conn.execute("SELECT 1")
+                time.sleep(1.0)
+                conn.execute("SELECT 1")
+        # a transactional run idles 1 s in its transaction (t.tx_sleep) and commits
+        runner = make_app(pg_url, store=store)
+        tid = runner.submit("t.tx_sleep", {"seconds": 1.0})
+        assert runner.run_pending() >= 1
+        with psycopg.connect(pg_url) as check:
+            (state,) = check.execute("SELECT state FROM tasks WHERE id = %s", (tid,)).fetchone()
+        assert state == "succeeded"
+    finally:
+        store.close()  # the runner's too
         app.close()
 
 

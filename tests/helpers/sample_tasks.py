@@ -168,6 +168,13 @@ def tx(ctx: Any, value: int) -> int:
     return value * 2
 
 
+@app.task(name="t.tx_sleep", transactional=True)
+def tx_sleep(ctx: Any, seconds: float) -> float:
+    """Idles in its run's transaction (no statement) for `seconds`."""
+    time.sleep(seconds)
+    return seconds
+
+
 @app.task(name="t.tx_ready", transactional=True)
 def tx_ready(ctx: Any, marker: str) -> str:
     """Announces `ready` from inside the run's transaction, then waits to be killed;

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from tasklab import Settings, State
+from tasklab.errors import StoreError
 from tests.conftest import make_app, wait_for
 from tests.helpers.sample_tasks import latch, started
 
@@ -216,6 +217,29 @@ def test_a_failing_refill_never_holds_up_terminal_writes(app):
     app.finisher.refillers.append(Broken())
     tid = app.submit("t.echo", {"value": 7})
     assert app.run(tid).result == 7  # settled, not stuck behind the refill
+
+
+def test_a_failing_heartbeat_does_not_stop_leases_expiring(store_url):
+    """Each step of the reaper's round stands alone: with every heartbeat failing
+    (as one blocked by a cut-off session's lock would), leases still expire and their
+    tasks run again."""
+    app = make_app(store_url, lease=1.0)
+    try:
+        beats: list[str] = []
+
+        def broken_heartbeat(*args: object) -> None:
+            beats.append("failed")
+            raise StoreError("canceling statement due to statement timeout")
+
+        app.store.worker_heartbeat = broken_heartbeat  # type: ignore[method-assign]
+        tid = app.submit("t.mark", {"n": 1})
+        assert app.store.claim(["t.mark"], 1, "gone#1", 1.0)  # an executor that died
+        with app.worker(concurrency=1):
+            snap = wait_for(lambda: (s := app.query(tid)).terminal and s, timeout=15)
+        assert snap.state is State.SUCCEEDED and snap.result == 2
+        assert beats and app.store.counters()["expired_leases"] == 1
+    finally:
+        app.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")

@@ -30,6 +30,8 @@ from tasklab.service.scheduler import Scheduler
 from tasklab.store.roles import Leases, Recovery, Signals, Workers
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.worker")
@@ -207,11 +209,7 @@ class Worker:
                 got = self._claim_some(free)
                 now = time.monotonic()
                 if now >= next_reap:
-                    self._renew_waiting()
-                    # alive, for people; a row whose beat is a lease old is marked dead
-                    store.worker_heartbeat(self.id, settings.lease, WORKER_ROWS_KEPT)
-                    store.expire(settings.backoff)
-                    store.maintain()
+                    self._reap()
                     next_reap = now + settings.reap_every
                 if got == 0 and not self._stop.is_set():
                     # Full: a slot freeing wakes us (nothing else can help). Empty: a
@@ -230,6 +228,28 @@ class Worker:
             except TasklabError as exc:
                 log.warning("worker loop: %s", exc)
                 self._stop.wait(0.2)
+
+    def _reap(self) -> None:
+        """The reaper's round, each step on its own: one that fails (a session lost,
+        a statement timed out) keeps none of the others from running. Expiry — the
+        step the store's truth rests on — comes right after this worker's own
+        renewals; the heartbeat (alive, for people: a row whose beat is a lease old
+        is marked dead) and maintenance follow."""
+        store, settings = self.store, self.engine.settings
+        steps: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("renewing waiting claims", self._renew_waiting),
+            ("expiring leases", lambda: store.expire(settings.backoff)),
+            (
+                "heartbeat",
+                lambda: store.worker_heartbeat(self.id, settings.lease, WORKER_ROWS_KEPT),
+            ),
+            ("maintenance", store.maintain),
+        )
+        for name, step in steps:
+            try:
+                step()
+            except TasklabError as exc:
+                log.warning("worker reaper, %s: %s", name, exc)
 
     def _renew_waiting(self) -> None:
         """Claims waiting in the backlog have not started, so the monitor does not know

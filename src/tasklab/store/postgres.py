@@ -43,15 +43,37 @@ class PostgresStore(SqlStore):
     integrity_errors = (psycopg.errors.IntegrityError,)
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 10, statement_timeout_ms: int = 4000
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        statement_timeout_ms: int = 4000,
+        idle_in_transaction_timeout_ms: int = 5000,
     ) -> None:
         super().__init__()
         self.url = url
         self.q = queries.load("postgres", pyformat=True)
         self._conninfo = url
         # jit off: tasklab's statements are short, and JIT compiling one costs more
-        # than running it (tens of ms where the statement takes a fraction of one)
-        self._options = f"-c statement_timeout={statement_timeout_ms} -c jit=off"
+        # than running it (tens of ms where the statement takes a fraction of one).
+        # idle_in_transaction_session_timeout: a session cut off in the middle of a
+        # transaction (a silent network: the server sees nothing wrong) would hold its
+        # row locks until the server's TCP gave up, hours later, and every statement
+        # that needs those rows would wait for it; tasklab's transactions never wait on
+        # anything but their own next statement, so the server ends such a session
+        # after a few seconds (a transactional task's run lifts it: its body is user
+        # code). Server-side keepalives end a session whose peer is gone, idle or not
+        # (its session advisory locks with it).
+        settings = {
+            "statement_timeout": str(statement_timeout_ms),
+            "idle_in_transaction_session_timeout": str(idle_in_transaction_timeout_ms),
+            "tcp_keepalives_idle": "10",
+            "tcp_keepalives_interval": "2",
+            "tcp_keepalives_count": "3",
+            "jit": "off",
+        }
+        self._options = " ".join(f"-c {name}={value}" for name, value in settings.items())
         # A silent network (no RST) must be noticed in seconds, not when TCP gives up:
         # unacknowledged data fails after tcp_user_timeout, an idle wait for an answer
         # is probed by keepalives. (statement_timeout is the server's, useless then.)
@@ -65,7 +87,6 @@ class PostgresStore(SqlStore):
         }
         # refuses a transaction-mode pooler; options by SET where a pooler takes none
         self._kwargs = pgsessions.connection_kwargs(url, self._options, self._net)
-        settings = {"statement_timeout": str(statement_timeout_ms), "jit": "off"}
         self._settings = {} if "options" in self._kwargs else settings
         try:
             self._pool = ConnectionPool(

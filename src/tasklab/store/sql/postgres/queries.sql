@@ -334,13 +334,20 @@ UPDATE workers SET heartbeat_at = clock_timestamp(), ended = NULL, ended_at = NU
 WHERE id = :id AND ended IS DISTINCT FROM 'stopped';
 
 -- name: mark_dead_workers
--- Executors whose heartbeat is older than :after seconds are presumed dead.
+-- Executors whose heartbeat is older than :after seconds are presumed dead. A row
+-- locked by its own executor's transaction is passed over, not waited for: that
+-- executor may be cut off mid-heartbeat, and this runs in the reaper's round.
 UPDATE workers SET ended = 'dead', ended_at = clock_timestamp()
-WHERE ended IS NULL AND heartbeat_at < clock_timestamp() - make_interval(secs => CAST(:after AS DOUBLE PRECISION));
+WHERE id IN (SELECT id FROM workers WHERE ended IS NULL
+             AND heartbeat_at < clock_timestamp() - make_interval(secs => CAST(:after AS DOUBLE PRECISION))
+             FOR UPDATE SKIP LOCKED);
 
 -- name: prune_workers
--- Rows of executors that ended more than :keep seconds ago.
-DELETE FROM workers WHERE ended_at < clock_timestamp() - make_interval(secs => CAST(:keep AS DOUBLE PRECISION));
+-- Rows of executors that ended more than :keep seconds ago (locked ones next time).
+DELETE FROM workers WHERE id IN (
+    SELECT id FROM workers
+    WHERE ended_at < clock_timestamp() - make_interval(secs => CAST(:keep AS DOUBLE PRECISION))
+    FOR UPDATE SKIP LOCKED);
 
 -- name: unregister_worker
 -- An executor leaves (the row is kept a while, marked stopped).
@@ -418,8 +425,10 @@ FROM deliveries d JOIN outbox o ON o.task_id = d.task_id
 WHERE d.url = :url AND d.delivered_at IS NULL;
 
 -- name: savepoint_body
--- Mark the start of a transactional task's own work.
-SAVEPOINT task_body;
+-- Mark the start of a transactional task's own work. Its body is user code, which may
+-- leave the session idle in this transaction as long as it runs: the store's limit on
+-- that (idle_in_transaction_session_timeout, postgres.py) is lifted for this one.
+SET LOCAL idle_in_transaction_session_timeout = 0; SAVEPOINT task_body;
 
 -- name: rollback_body
 -- Undo a failed transactional task's own work (the claim stays).
@@ -724,8 +733,11 @@ FROM queue_activity WHERE minute >= floor(extract(epoch FROM clock_timestamp()) 
 GROUP BY queue, minute ORDER BY queue, minute;
 
 -- name: prune_activity
--- Activity rows older than :minutes minutes.
-DELETE FROM queue_activity WHERE minute < floor(extract(epoch FROM clock_timestamp()) / 60)::BIGINT - CAST(:minutes AS INTEGER);
+-- Activity rows older than :minutes minutes (locked ones next time).
+DELETE FROM queue_activity WHERE (queue, minute, shard) IN (
+    SELECT queue, minute, shard FROM queue_activity
+    WHERE minute < floor(extract(epoch FROM clock_timestamp()) / 60)::BIGINT - CAST(:minutes AS INTEGER)
+    FOR UPDATE SKIP LOCKED);
 
 -- name: timeline_events
 -- The events a task's timeline of attempts is made of (in its key's order; the other
