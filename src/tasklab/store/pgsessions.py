@@ -23,6 +23,41 @@ import psycopg
 from tasklab.errors import StoreError
 from tasklab.redact import redact
 
+# A silent network (no RST) must be noticed in seconds, not when TCP gives up:
+# unacknowledged data fails after tcp_user_timeout, an idle wait for an answer is
+# probed by keepalives. (statement_timeout is the server's, useless then.)
+CLIENT_NETWORK: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 5000,
+    "connect_timeout": 5,
+}
+
+
+def session_settings(statement_timeout_ms: int, idle_in_transaction_ms: int) -> dict[str, str]:
+    """What every tasklab session runs with (in the startup packet, or SET).
+
+    jit off: tasklab's statements are short, and JIT compiling one costs more than
+    running it (tens of ms where the statement takes a fraction of one).
+    idle_in_transaction_session_timeout: a session cut off in the middle of a
+    transaction (a silent network: the server sees nothing wrong) would hold its row
+    locks until the server's TCP gave up, hours later, and every statement needing
+    those rows would wait for it; tasklab's transactions never wait on anything but
+    their own next statement, so the server ends such a session after a few seconds (a
+    transactional task's run lifts it: its body is user code). Server-side keepalives
+    end a session whose peer is gone, idle or not (its session advisory locks with it).
+    """
+    return {
+        "statement_timeout": str(statement_timeout_ms),
+        "idle_in_transaction_session_timeout": str(idle_in_transaction_ms),
+        "tcp_keepalives_idle": "10",
+        "tcp_keepalives_interval": "2",
+        "tcp_keepalives_count": "3",
+        "jit": "off",
+    }
+
 
 def connection_kwargs(url: str, options: str, net: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments for this store's connections, after the session check:

@@ -55,36 +55,9 @@ class PostgresStore(SqlStore):
         self.url = url
         self.q = queries.load("postgres", pyformat=True)
         self._conninfo = url
-        # jit off: tasklab's statements are short, and JIT compiling one costs more
-        # than running it (tens of ms where the statement takes a fraction of one).
-        # idle_in_transaction_session_timeout: a session cut off in the middle of a
-        # transaction (a silent network: the server sees nothing wrong) would hold its
-        # row locks until the server's TCP gave up, hours later, and every statement
-        # that needs those rows would wait for it; tasklab's transactions never wait on
-        # anything but their own next statement, so the server ends such a session
-        # after a few seconds (a transactional task's run lifts it: its body is user
-        # code). Server-side keepalives end a session whose peer is gone, idle or not
-        # (its session advisory locks with it).
-        settings = {
-            "statement_timeout": str(statement_timeout_ms),
-            "idle_in_transaction_session_timeout": str(idle_in_transaction_timeout_ms),
-            "tcp_keepalives_idle": "10",
-            "tcp_keepalives_interval": "2",
-            "tcp_keepalives_count": "3",
-            "jit": "off",
-        }
+        settings = pgsessions.session_settings(statement_timeout_ms, idle_in_transaction_timeout_ms)
         self._options = " ".join(f"-c {name}={value}" for name, value in settings.items())
-        # A silent network (no RST) must be noticed in seconds, not when TCP gives up:
-        # unacknowledged data fails after tcp_user_timeout, an idle wait for an answer
-        # is probed by keepalives. (statement_timeout is the server's, useless then.)
-        self._net = {
-            "keepalives": 1,
-            "keepalives_idle": 2,
-            "keepalives_interval": 1,
-            "keepalives_count": 3,
-            "tcp_user_timeout": 5000,
-            "connect_timeout": 5,
-        }
+        self._net = pgsessions.CLIENT_NETWORK
         # refuses a transaction-mode pooler; options by SET where a pooler takes none
         self._kwargs = pgsessions.connection_kwargs(url, self._options, self._net)
         self._settings = {} if "options" in self._kwargs else settings
