@@ -227,13 +227,15 @@ class Engine:
         if released:  # counted in the store (lost_claims_released)
             log.warning("released %d claim(s) whose commit answer was lost", len(released))
 
-    def execute(self, claim: Claim) -> State | None:
-        """Execute a claim in this thread with heartbeats; None if nothing committed."""
+    def execute(self, claim: Claim, ended: Callable[[], None] | None = None) -> State | None:
+        """Execute a claim in this thread with heartbeats; None if nothing committed.
+        `ended` is called once the task function has returned or raised, before its
+        terminal write (a runner's turn at its gate; an async task keeps it to the end)."""
         spec = self.registry.get(claim.task)
         if spec.is_async:
             return self._execute_async(claim, spec)
         with self.monitor.watching(Execution(self, claim, spec)) as execution:
-            return execution.run()
+            return execution.run(ended)
 
     def _execute_async(self, claim: Claim, spec: TaskDef) -> State | None:
         from tasklab.runners.aio import run_async_execution

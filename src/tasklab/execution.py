@@ -311,10 +311,12 @@ class Execution:
             self.engine.count_stale_write()
 
     # ---- running -------------------------------------------------------------------
-    def run(self) -> State | None:
+    def run(self, ended: Callable[[], None] | None = None) -> State | None:
         """Run the task function and settle its outcome. Returns the committed state,
         or None when nothing could be committed (lost authority or failed write)."""
         ending = call_ending(self.task.fn, TaskContext(self), **self.claim.payload)
+        if ended is not None:
+            ended()
         return self.settle_ending(ending)
 
     def facts(self) -> AttemptFacts:

@@ -169,7 +169,7 @@ def test_claim_on_finish_claims_in_the_terminal_transaction_and_keeps_the_slot_b
     w = app.worker(concurrency=3).start()
     try:
         wait_for(lambda: app.counts()["succeeded"] == 60, timeout=30)
-        wait_for(lambda: w.runner.free_slots == 3)
+        wait_for(lambda: w.runner.in_flight() == [])
         # the pool's slots are all free: a new task is claimed and run
         late = app.submit("t.measure", {})
         wait_for(lambda: app.query(late).terminal)

@@ -32,14 +32,21 @@ def default_concurrency(kind: str) -> int:
 
 
 def make_runner(
-    kind: str, engine: EngineLike, workers: int, backlog: int = 0, pin_cpu: int | None = None
+    kind: str,
+    engine: EngineLike,
+    workers: int,
+    backlog: int = 0,
+    pin_cpu: int | None = None,
+    ahead: int = 0,
 ) -> BaseRunner:
+    """A runner of `kind`; `ahead` (claims beyond the slots, started while earlier
+    tasks' terminal writes commit) is the thread runner's alone."""
     if pin_cpu is not None and kind != "thread":
         raise ValueError(f"pinning to a CPU is for the thread runner, not the {kind} runner")
     if kind == "thread":
         from tasklab.runners.thread import ThreadTaskRunner
 
-        return ThreadTaskRunner(engine, workers, backlog, pin_cpu)
+        return ThreadTaskRunner(engine, workers, backlog, pin_cpu, ahead)
     if kind == "process":
         from tasklab.runners.process import ProcessTaskRunner
 

@@ -37,6 +37,7 @@ class BaseRunner(ABC):
         self.backlog = backlog
         self._slots = threading.BoundedSemaphore(workers + backlog)
         self._closing = False
+        self.stopping = False  # a worker stops: nothing more starts
         self._work: dict[Future[Any], str | Claim] = {}
         self._cancel_answers: dict[Future[Any], bool] = {}
         self._lock = threading.Lock()
@@ -73,6 +74,15 @@ class BaseRunner(ABC):
     def submit_claim(self, claim: Claim) -> Future[Any]:
         return self._admit(claim)
 
+    def line_up(self, claims: list[Claim]) -> None:
+        """A batch of claims is about to be submitted or adopted, in this order
+        (a runner that orders their start by more than arrival takes note)."""
+        return None
+
+    def leave_line(self, task_id: str) -> None:
+        """A claim lined up is not handed over after all (given back instead)."""
+        return None
+
     def adopt(self, claim: Claim) -> Future[Any]:
         """Start a claim made for the slot of a task of ours that is finishing: it takes
         that slot over when the task's future completes (see `_done`)."""
@@ -88,6 +98,12 @@ class BaseRunner(ABC):
         """How many of these tasks are this runner's."""
         with self._lock:
             return sum(1 for t in task_ids if t in self._running_ids)
+
+    def refill_slots(self, finishing: list[str]) -> int:
+        """How many claims to make for these finishing tasks' slots: one each of ours,
+        within the room the runner has once they are gone."""
+        mine = self.count_running(finishing)
+        return max(0, min(mine, self.free_slots + mine))
 
     @property
     def free_slots(self) -> int:
@@ -162,8 +178,14 @@ class BaseRunner(ABC):
             return RunnerCancelOutcome(False, False)
         return RunnerCancelOutcome(False, self.engine.cancel(task_id).request_accepted)
 
+    def stop_starting(self) -> None:
+        """A worker stops: work not yet started is not started from now on."""
+        self.stopping = True
+
     def cancel_unstarted(self) -> int:
-        """Cancel every future that has not started; returns how many."""
+        """Cancel every future that has not started; returns how many. From now on
+        claims waiting for a turn (a worker's thread runner) are given back too."""
+        self.stop_starting()
         with self._lock:
             pending = list(self._work)
         return sum(1 for f in pending if f.cancel())

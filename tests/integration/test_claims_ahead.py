@@ -1,0 +1,121 @@
+"""A thread worker's claims ahead (runners/thread.py): beyond its slots while its tasks
+are short, started while earlier tasks' terminal writes commit. Concurrency still
+bounds the task functions running at once; a claim ahead that waits behind a long
+task goes back to the queue for any worker; a stopping worker gives back what waits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from tasklab import State
+from tasklab.runners import thread as thread_runner
+from tests.conftest import make_app, wait_for
+from tests.helpers.sample_tasks import latch, started
+
+
+def _finish_calls(app) -> list[int]:  # type: ignore[no-untyped-def]
+    """Counts the terminal transactions (each one commit) and the writes in each."""
+    sizes: list[int] = []
+    plain = app.store.finish_and_claim
+
+    def counting(batch, request):  # type: ignore[no-untyped-def]
+        sizes.append(len(batch))
+        return plain(batch, request)
+
+    app.store.finish_and_claim = counting
+    return sizes
+
+
+def test_concurrency_one_runs_one_function_at_a_time_and_commits_fewer_times(store_url):
+    app = make_app(store_url, lease=5.0)
+    running = peak = 0
+    order: list[int] = []
+    guard = threading.Lock()
+
+    @app.task(name="t.peak", retry_safe=True)
+    def peak_task(ctx, n: int) -> None:  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        with guard:
+            running += 1
+            peak = max(peak, running)
+            order.append(n)
+        with guard:
+            running -= 1
+
+    try:
+        sizes = _finish_calls(app)
+        ids = app.submit_many("t.peak", [{"n": n} for n in range(300)])
+        with app.worker(concurrency=1) as w:
+            wait_for(lambda: app.counts()["succeeded"] == 300, timeout=60)
+            assert w.runner.ahead > 0
+        assert peak == 1  # one task function at a time, whatever was claimed ahead
+        assert order == list(range(300))  # turns in claim order: submit order here
+        assert sum(sizes) == 300 and len(sizes) < 270, sizes  # commits were shared
+        assert all(app.query(t).attempt == 1 for t in ids)
+        # without claims ahead, one terminal transaction per task
+        sizes.clear()
+        more = app.submit_many("t.peak", [{"n": n} for n in range(50)])
+        with app.worker(concurrency=1, ahead=0):
+            wait_for(lambda: all(app.query(t).terminal for t in more), timeout=30)
+        assert sizes == [1] * 50 and peak == 1
+    finally:
+        app.close()
+
+
+def test_claims_ahead_behind_a_long_task_go_back_to_the_queue_for_others(store_url):
+    app, other = make_app(store_url, lease=5.0), make_app(store_url, lease=5.0)
+    name = uuid.uuid4().hex
+    try:
+        long = app.submit("t.hold", {"name": name})
+        marks = [app.submit("t.mark", {"n": i}) for i in range(5)]
+        with app.worker(concurrency=1) as w:
+            wait_for(lambda: started(name).is_set())
+            # claimed with the long one (nothing had run yet), then given back unstarted
+            wait_for(lambda: w.runner.given_back == 5, timeout=5)
+            for t in marks:
+                snap = app.query(t)
+                assert snap.state is State.QUEUED and snap.attempt == 0
+            time.sleep(0.3)  # the long task runs on: this worker claims none of them again
+            assert w.runner.given_back == 5 and app.counts()["running"] == 1
+            with other.worker(concurrency=1):  # another worker runs them meanwhile
+                wait_for(lambda: all(app.query(t).terminal for t in marks), timeout=15)
+            assert app.query(long).state is State.RUNNING
+            latch(name).set()
+            wait_for(lambda: app.query(long).terminal)
+        assert all(app.query(t).result == 1 for t in marks)  # each ran once
+    finally:
+        other.close()
+        app.close()
+
+
+def test_a_stopping_worker_gives_back_the_claims_waiting_for_a_turn(store_url, monkeypatch):
+    monkeypatch.setattr(thread_runner, "AHEAD_WAIT", 30.0)  # they would wait on
+    app = make_app(store_url, lease=30.0, drain_timeout=0.2, shutdown_grace=0.2)
+    name = uuid.uuid4().hex
+    try:
+        blocker = app.submit("t.hold", {"name": name})
+        waiting = [app.submit("t.echo", {"value": i}) for i in range(3)]
+        w = app.worker(concurrency=1).start()
+        wait_for(lambda: started(name).is_set() and app.counts()["running"] == 4)
+        report = w.stop()
+        assert report["released"] == 3
+        for t in waiting:
+            snap = app.query(t)
+            assert snap.state is State.QUEUED and snap.attempt == 0
+        assert app.query(blocker).state is State.CANCEL_REQUESTED
+        latch(name).set()
+        wait_for(lambda: app.query(blocker).state is State.CANCELLED)
+    finally:
+        app.close()
+
+
+def test_claims_ahead_are_a_thread_workers_and_never_negative(app):
+    with pytest.raises(ValueError, match="ahead"):
+        thread_runner.ThreadTaskRunner(app, 1, 0, None, -1)
+    for kind in ("process", "async"):
+        w = app.worker(runner=kind, concurrency=1)
+        assert not hasattr(w.runner, "ahead") or w.runner.ahead == 0
