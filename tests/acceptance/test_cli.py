@@ -103,6 +103,7 @@ def test_submit_prints_the_id_and_json_shapes(db):
         (["worker", "--pin-cpu", "4096"], 2, "CPU 4096 is not available to this process"),
         (["worker", "--pin-cpu", "0", "--runner", "process"], 2, "for the thread runner"),
         (["serve", "--pin-cpu", "0", "--runner", "async"], 2, "for the thread runner"),
+        (["worker", "--ahead", "3", "--runner", "process"], 2, "the thread runner's"),
     ],
 )
 def test_bad_input_is_a_clear_error_and_stores_nothing(db, args, code, message):

@@ -69,6 +69,13 @@ class Worker:
         scheduler: bool = True,
     ) -> None:
         self.engine = engine = as_engine(app)
+        if ahead and runner != "thread":
+            raise ValueError(f"claims ahead are the thread runner's, not the {runner} runner's")
+        if ahead and backlog:
+            raise ValueError(
+                "backlog and ahead are two ways to claim beyond the slots (a backlog waits "
+                "behind tasks of any length, claims ahead only behind short ones): one"
+            )
         self.concurrency = concurrency or default_concurrency(runner)
         self.runner = make_runner(
             runner,
@@ -76,7 +83,9 @@ class Worker:
             workers=self.concurrency,
             backlog=backlog,
             pin_cpu=pin_cpu,
-            ahead=(CLAIMS_AHEAD if ahead is None else ahead) if runner == "thread" else 0,
+            ahead=(CLAIMS_AHEAD if ahead is None else ahead)
+            if runner == "thread" and not backlog
+            else 0,
         )
         self.pin_cpu = pin_cpu
         self.runner_name = runner

@@ -85,6 +85,17 @@ PinCpu = Annotated[
         "wake-ups; tasks computing in C without the GIL lose their parallelism.",
     ),
 ]
+Ahead = Annotated[
+    int | None,
+    typer.Option(
+        "--ahead",
+        min=0,
+        help="Thread runner: claims beyond the slots while tasks are short (default 32), "
+        "started as earlier tasks' terminal writes commit; at most --concurrency task "
+        "functions run at once. 0: none.",
+        show_default=False,
+    ),
+]
 Webhook = Annotated[list[str] | None, typer.Option("--webhook", help="Repeatable webhook URL.")]
 Retain = Annotated[
     str | None,

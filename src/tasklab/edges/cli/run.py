@@ -13,6 +13,7 @@ import typer
 
 from tasklab.app import DEFAULT_DB
 from tasklab.edges.cli.common import (
+    Ahead,
     AppSpec,
     Concurrency,
     DataDir,
@@ -46,6 +47,7 @@ def worker(
     data_dir: DataDir = None,
     webhook: Webhook = None,
     pin_cpu: PinCpu = None,
+    ahead: Ahead = None,
     retain: Retain = None,
     queue: Annotated[
         list[str] | None,
@@ -67,6 +69,7 @@ def worker(
                 concurrency=concurrency,
                 webhooks=hooks,
                 pin_cpu=pin_cpu,
+                ahead=ahead,
                 retain=keep,
                 queues=queue or None,
                 scheduler=not no_scheduler,
