@@ -81,7 +81,8 @@ def test_claims_whose_commit_answer_was_lost_are_given_back(app, point):
     claim the next task in the same commit)."""
     ids = [app.submit("t.mark_unsafe", {"n": i, "ms": 20.0}) for i in range(12)]
     app.store.faults.arm(point)
-    with app.worker(concurrency=2):
+    # no claims ahead: the first terminal transaction is then sure to claim a successor
+    with app.worker(concurrency=2, ahead=0):
         # well inside the 5 s lease: nothing here waits for a lease to expire
         wait_for(lambda: all(app.query(t).terminal for t in ids), timeout=4)
     wait_for(lambda: app.store.counters()["lost_claims_released"] >= 1, timeout=4)

@@ -65,7 +65,9 @@ class ThreadTaskRunner(BaseRunner):
         self.pin_cpu = pin_cpu
         if pin_cpu is not None:
             check_cpu(pin_cpu)
-        self._gate = Gate(workers)
+        # until its first tasks have run, a worker takes them to be as long as claims
+        # ahead allow: a few ahead at first, all of them once they prove short
+        self._gate = Gate(workers, mean_run=AHEAD_WHILE_UNDER)
         self.given_back = 0  # claims ahead given back unstarted (a long wait, a stop)
         self._waiting = 0  # claims waiting for a turn now
         self._given_back_on_stop = 0

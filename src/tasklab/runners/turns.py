@@ -28,14 +28,14 @@ class Place:
 
 
 class Gate:
-    def __init__(self, turns: int) -> None:
+    def __init__(self, turns: int, mean_run: float = 0.0) -> None:
         self._free = turns
         self._line: list[tuple[float, int, Place]] = []  # a heap, by claim order
         self._taken = itertools.count()
         self._running: set[Place] = set()
         self._lock = threading.Lock()
         self._interrupted = False
-        self.mean_run = 0.0  # seconds a turn lasted, recently (a mean over ~16)
+        self.mean_run = mean_run  # seconds a turn lasted, recently (a mean over ~16)
 
     def take_places(self, sent_at: list[float]) -> list[Place]:
         """Places for claims whose statements were sent at `sent_at` (monotonic), in
