@@ -81,13 +81,16 @@ def test_claims_ahead_behind_a_long_task_go_back_to_the_queue_for_others(store_u
         marks = [app.submit("t.mark", {"n": i}) for i in range(5)]
         with app.worker(concurrency=1) as w:
             wait_for(lambda: started(name).is_set())
-            # claimed with the long one (nothing had run yet), then given back unstarted
-            wait_for(lambda: w.runner.given_back == 5, timeout=5)
+            # some claimed with the long one (nothing had run yet: a cold worker claims
+            # a few ahead), then given back unstarted
+            wait_for(lambda: w.runner.given_back >= 1, timeout=5)
+            wait_for(lambda: app.counts()["running"] == 1, timeout=5)
             for t in marks:
                 snap = app.query(t)
                 assert snap.state is State.QUEUED and snap.attempt == 0
+            given = w.runner.given_back
             time.sleep(0.3)  # the long task runs on: this worker claims none of them again
-            assert w.runner.given_back == 5 and app.counts()["running"] == 1
+            assert w.runner.given_back == given and app.counts()["running"] == 1
             with other.worker(concurrency=1):  # another worker runs them meanwhile
                 wait_for(lambda: all(app.query(t).terminal for t in marks), timeout=15)
             assert app.query(long).state is State.RUNNING
