@@ -119,6 +119,27 @@ def test_a_partitioned_worker_stops_before_another_can_claim(pg_url, tmp_path, r
         app.close()
 
 
+def pause_between_writes(proc: subprocess.Popen[str], db: Path) -> None:
+    """SIGSTOP `proc` at a moment it holds no write transaction: a process frozen in
+    the middle of one holds SQLite's write lock, and every other writer waits until
+    it resumes or dies (SQLite's file lock: nothing another process can undo)."""
+    import sqlite3
+
+    for _ in range(100):
+        proc.send_signal(signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")  # the write lock is free: not mid-write
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.send_signal(signal.SIGCONT)  # frozen mid-write: let it finish, again
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    pytest.fail("the worker was mid-write at every try")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["thread", "process", "async"])
 def test_a_paused_worker_passes_no_checkpoint_after_it_resumes(tmp_path, runner):
@@ -131,7 +152,7 @@ def test_a_paused_worker_passes_no_checkpoint_after_it_resumes(tmp_path, runner)
         tid = app.submit(TASKS[runner], {"dir": str(tmp_path), "seconds": 1.0, "first": 20})
         wait_for(lambda: len(ledger(tmp_path)) >= 2, timeout=30)
         b = worker(url, runner, lease)
-        a.send_signal(signal.SIGSTOP)
+        pause_between_writes(a, tmp_path / "tasklab.db")
         if runner == "process":  # its child is paused too, as a frozen machine would be
             for pid in {p for _, p, _ in ledger(tmp_path)}:
                 subprocess.run(["kill", "-STOP", str(pid)], check=False)
