@@ -30,7 +30,9 @@ def _finish_calls(app) -> list[int]:  # type: ignore[no-untyped-def]
     return sizes
 
 
-def test_concurrency_one_runs_one_function_at_a_time_and_commits_fewer_times(store_url):
+def test_concurrency_one_runs_one_function_at_a_time_and_commits_fewer_times(
+    store_url, monkeypatch
+):
     app = make_app(store_url, lease=5.0)
     running = peak = 0
     order: list[int] = []
@@ -56,13 +58,16 @@ def test_concurrency_one_runs_one_function_at_a_time_and_commits_fewer_times(sto
         assert sorted(order) == list(range(300))
         assert sum(sizes) == 300 and len(sizes) < 270, sizes  # commits were shared
         assert all(app.query(t).attempt == 1 for t in ids)
-        # one batch claimed at once (no claim of a finishing transaction races it):
-        # the turns go in claim order, submit order here
+        # one batch claimed at once (no claim of a finishing transaction races it): the
+        # turns go in claim order, submit order here. A cold worker claims only a few
+        # ahead (its prior of 20 ms a task); a long allowed wait makes it all 30.
+        monkeypatch.setattr(thread_runner, "AHEAD_WAIT", 10.0)
         order.clear()
         batch = app.submit_many("t.peak", [{"n": n} for n in range(30)])
         with app.worker(concurrency=1):
             wait_for(lambda: all(app.query(t).terminal for t in batch), timeout=30)
         assert order == list(range(30)) and peak == 1
+        monkeypatch.undo()
         # without claims ahead, one terminal transaction per task
         sizes.clear()
         more = app.submit_many("t.peak", [{"n": n} for n in range(50)])
