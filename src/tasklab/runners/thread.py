@@ -193,7 +193,7 @@ class ThreadTaskRunner(BaseRunner):
             return self.workers + self.backlog + self._ahead_now() - len(self._work)
 
     def _ahead_now(self) -> int:
-        """None while a task function running now has run `AHEAD_WHILE_UNDER`; else as
+        """0 while a task function running now has run `AHEAD_WHILE_UNDER`; else as
         many as get a turn within half of `AHEAD_WAIT` at the recent run times (more
         would only be claimed and given back)."""
         if self.ahead == 0 or self._gate.longest_run(time.monotonic()) >= AHEAD_WHILE_UNDER:

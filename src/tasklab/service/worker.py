@@ -204,11 +204,11 @@ class Worker:
         for claim in claims:
             try:
                 if self._stop.is_set():
+                    self.runner.leave_line(claim.task_id)  # the runner never sees it
                     raise ShuttingDown("the worker is stopping")
-                self.runner.adopt(claim)
+                self.runner.adopt(claim)  # a refusal takes its place out of line
                 self.claimed += 1
             except Exception:  # not started (stopping, or the pool is gone): give it back
-                self.runner.leave_line(claim.task_id)
                 try:
                     self.store.release(claim)
                 except TasklabError:
@@ -307,8 +307,7 @@ class Worker:
             try:
                 self.runner.submit_claim(claim)
                 self.claimed += 1
-            except (QueueFull, ShuttingDown):
-                self.runner.leave_line(claim.task_id)
+            except (QueueFull, ShuttingDown):  # its place is out of line already
                 self.store.release(claim)
         got = len(claims)
         free -= got
