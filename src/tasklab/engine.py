@@ -30,8 +30,9 @@ from tasklab.core.registry import Registry, TaskDef
 from tasklab.core.schedules import ScheduleDef
 from tasklab.core.states import CancelReason, State
 from tasklab.core.submitting import prepare
+from tasklab.core.timeline import attempt_event
 from tasklab.errors import InvalidPayload, LeaseLost, SessionLost, TasklabError
-from tasklab.execution import Execution, attempt_event
+from tasklab.execution import Execution
 from tasklab.finisher import Finisher
 from tasklab.monitor import Monitor
 from tasklab.retrying import retried
@@ -227,15 +228,26 @@ class Engine:
         if released:  # counted in the store (lost_claims_released)
             log.warning("released %d claim(s) whose commit answer was lost", len(released))
 
-    def execute(self, claim: Claim, ended: Callable[[], None] | None = None) -> State | None:
+    def execute(
+        self,
+        claim: Claim,
+        ended: Callable[[], None] | None = None,
+        answered: Callable[[State | None], None] | None = None,
+    ) -> State | None:
         """Execute a claim in this thread with heartbeats; None if nothing committed.
         `ended` is called once the task function has returned or raised, before its
-        terminal write (a runner's turn at its gate; an async task keeps it to the end)."""
+        terminal write (a runner's turn at its gate; an async task keeps it to the end).
+        With `answered` the terminal write is not waited for: this returns None once it
+        is handed over, and `answered` hears the committed state (None: nothing
+        committed) — from the thread that wrote it, or from this one."""
         spec = self.registry.get(claim.task)
         if spec.is_async:
-            return self._execute_async(claim, spec)
+            state = self._execute_async(claim, spec)
+            if answered is not None:
+                answered(state)
+            return state
         with self.monitor.watching(Execution(self, claim, spec)) as execution:
-            return execution.run(ended)
+            return execution.run(ended, answered)
 
     def _execute_async(self, claim: Claim, spec: TaskDef) -> State | None:
         from tasklab.runners.aio import run_async_execution

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tasklab.core.context import TaskContext
@@ -20,6 +21,7 @@ from tasklab.core.ending import AttemptFacts, Ending, call_ending, outcome_of
 from tasklab.core.models import JSON, Claim, EffectRecord, Outcome, iso
 from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, State
+from tasklab.core.timeline import attempt_event, outcome_events
 from tasklab.errors import LeaseLost, SessionLost, TasklabError
 from tasklab.store.roles import Effects, Leases, TaskReads, Waits
 from tasklab.tracing import ExecutionSpan
@@ -66,6 +68,10 @@ class StopFlag:
 
 
 _FLAG_EVENTS = threading.Lock()
+
+
+def _now(fn: Callable[..., Any], *args: Any) -> None:
+    fn(*args)
 
 
 class Execution:
@@ -311,13 +317,17 @@ class Execution:
             self.engine.count_stale_write()
 
     # ---- running -------------------------------------------------------------------
-    def run(self, ended: Callable[[], None] | None = None) -> State | None:
+    def run(
+        self, ended: Callable[[], None] | None = None, answered: Answered | None = None
+    ) -> State | None:
         """Run the task function and settle its outcome. Returns the committed state,
-        or None when nothing could be committed (lost authority or failed write)."""
+        or None when nothing could be committed (lost authority or failed write).
+        With `answered`, the terminal write is handed over instead of waited for: this
+        returns None at once and `answered` hears the state after the commit."""
         ending = call_ending(self.task.fn, TaskContext(self), **self.claim.payload)
         if ended is not None:
             ended()
-        return self.settle_ending(ending)
+        return self.settle_ending(ending, answered)
 
     def facts(self) -> AttemptFacts:
         """What the ending → outcome mapping needs of this attempt, as of now."""
@@ -330,57 +340,65 @@ class Execution:
             self.cancel_reason,
         )
 
-    def settle_ending(self, ending: Ending) -> State | None:
+    def settle_ending(self, ending: Ending, answered: Answered | None = None) -> State | None:
         outcome = outcome_of(ending, self.facts())
-        return None if outcome is None else self.settle(outcome)
+        if outcome is None:
+            return _told(answered, None)
+        return self.settle(outcome, answered)
 
-    def settle(self, outcome: Outcome) -> State | None:
-        if outcome.kind == "retry" and outcome.error is not None:  # the timeline's outcome
-            self.add_event(
-                "retry",
-                {
-                    "attempt": self.attempt,
-                    "error": outcome.error.code,
-                    "message": outcome.error.message[:500],
-                    "delay": outcome.retry_delay,
-                },
-            )
-        if outcome.kind == "suspend" and outcome.wait is not None:  # streamed before it ends
-            wait = outcome.wait
-            self.add_event(
-                "waiting",
-                {
-                    "kind": wait["kind"],
-                    "until": wait["wake_at"],
-                    "signal": wait["name"],
-                    "children": wait["children"],
-                },
-            )
+    def settle(self, outcome: Outcome, answered: Answered | None = None) -> State | None:
+        for etype, data in outcome_events(outcome, self.attempt):
+            self.add_event(etype, data)
         with self._write_lock:
             if self.lost:
-                return None
+                return _told(answered, None)
             try:
                 self._resolve_unsure()
                 events = self._take()
-                if self.span is None:
-                    self.settled = self.engine.finisher.finish(self.claim, outcome, events)
-                else:
-                    with self.span.commit():
-                        self.settled = self.engine.finisher.finish(self.claim, outcome, events)
-                return self.settled
-            except LeaseLost:
-                self._lose()
-                return None
-            except Exception:
-                # No fake state: the task stays live until its lease expires and the
-                # reaper or exclusive recovery settles it as outcome_unknown.
-                self.lost = True
-                self.request_stop(None)
-                self.engine.count("terminal_write_failures")
-                return None
+                if answered is None or self.span is not None:  # a span covers its commit
+                    self.settled = self._finish(outcome, events)
+                    return _told(answered, self.settled)
+            except Exception as exc:
+                self._write_failed(exc)
+                return _told(answered, None)
+        # handed over outside the lock: a lone sender leads, writing others' tasks too
+        answer = partial(self._committed, answered)
+        self.engine.finisher.finish_later(self.claim, outcome, events, answer)
+        return None
+
+    def _finish(self, outcome: Outcome, events: list[tuple[str, JSON]]) -> State:
+        if self.span is None:
+            return self.engine.finisher.finish(self.claim, outcome, events)
+        with self.span.commit():
+            return self.engine.finisher.finish(self.claim, outcome, events)
+
+    def _committed(self, answered: Answered, result: State | BaseException) -> None:
+        """A handed-over terminal write, answered in the thread that wrote it."""
+        if isinstance(result, BaseException):
+            # counted off that thread: it writes other tasks' terminal writes too
+            self._write_failed(result, self.engine.monitor.in_background)
+        else:
+            self.settled = result
+        answered(self.settled)
+
+    def _write_failed(self, exc: BaseException, run: Callable[..., None] = _now) -> None:
+        stale = isinstance(exc, LeaseLost)
+        if stale and self.lost:
+            return  # already lost, and counted
+        self.lost = True
+        self.request_stop(None)
+        if stale:
+            run(self.engine.count_stale_write)
+        else:
+            # No fake state: the task stays live until its lease expires and the
+            # reaper or exclusive recovery settles it as outcome_unknown.
+            run(self.engine.count, "terminal_write_failures")
 
 
-def attempt_event(claim: Claim, lease: float) -> dict[str, Any]:
-    """An attempt's first event: which claim runs it (its epoch and lease owner) and
-    for how long a lease lasts — the console's timeline of attempts."""
-    return {"attempt": claim.attempt, "epoch": claim.epoch, "worker": claim.owner, "lease": lease}
+Answered = Callable[[State | None], None]
+
+
+def _told(answered: Answered | None, state: State | None) -> State | None:
+    if answered is not None:
+        answered(state)
+    return state

@@ -2,7 +2,8 @@
 
 When many tasks end at once, their terminal writes share one transaction
 (groupcommit.py): a lone task pays nothing extra, and nobody learns a state before its
-commit.
+commit. `finish` waits for its commit; `finish_later` hands the write over and hears
+of it after the commit.
 
 A worker may register as a refiller: the same transaction then claims the next tasks
 for the slots these executions are about to free, and the worker adopts them before
@@ -12,6 +13,7 @@ and a claim commit, and no claim-loop wake-up in between).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from tasklab._types import PendingEvent
@@ -50,6 +52,19 @@ class Finisher:
     def finish(self, claim: Claim, outcome: Outcome, events: list[PendingEvent]) -> State:
         """Like `store.finish`: the committed state, or LeaseLost / StoreError."""
         return self._group((claim, outcome, events))
+
+    def finish_later(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        events: list[PendingEvent],
+        answered: Callable[[State | BaseException], None],
+    ) -> None:
+        """`finish` without waiting: the write commits with the next batch and
+        `answered` hears the committed state (or LeaseLost / StoreError) in the thread
+        that wrote it, after the commit. A thread runner's slot goes on to its next
+        task meanwhile, instead of sleeping until the commit and being woken."""
+        self._group.send((claim, outcome, events), answered)
 
     @staticmethod
     def _adopt(made: tuple[Refiller, list[Claim]]) -> None:

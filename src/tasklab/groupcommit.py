@@ -35,6 +35,9 @@ class _Item(Generic[T]):
     request: T
     result: Any = None
     done: bool = False
+    # A sender's callback: it does not wait, and hears its answer from the thread that
+    # wrote it, after the commit (None: a caller waiting in `__call__`).
+    answered: Callable[[Any], None] | None = None
     # Held until the item is done or handed the lead: a bare lock is the cheapest
     # wait-and-wake there is (an Event builds a Condition, and a lock for every wait).
     # Two wakes at most, never at once: the leader handing it the lead (while it is
@@ -54,7 +57,13 @@ class _Item(Generic[T]):
 class GroupCommit(Generic[T, R]):
     """`write(batch)` commits one batch and answers one result per request (an
     exception for a request that failed alone); `published(batch_context)` runs after
-    the lead has been handed on and before the callers are answered."""
+    the lead has been handed on and before the callers are answered.
+
+    Two ways in: `group(request)` waits for its answer; `group.send(request, answered)`
+    returns at once (or after leading, when nobody else was writing) and its callback
+    hears the answer after the commit. Only waiting callers are handed the lead; while
+    only senders are pending, the leader goes on writing, so nothing sent is left
+    unwritten."""
 
     def __init__(
         self,
@@ -71,17 +80,38 @@ class GroupCommit(Generic[T, R]):
 
     def __call__(self, request: T) -> R:
         item: _Item[T] = _Item(request)
-        with self._lock:
-            self._pending.append(item)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
+        if not self._enqueue(item):
             try:
                 item.wait()  # a result, or the lead handed to us
             except BaseException:  # interrupted (Ctrl-C in the main thread)
                 self._withdraw(item)
                 raise
-        while not item.done:
+        if not item.done:
+            self._lead(item)
+        if isinstance(item.result, BaseException):
+            raise item.result
+        answer_of_ours: R = item.result
+        return answer_of_ours
+
+    def send(self, request: T, answered: Callable[[R | BaseException], None]) -> None:
+        """Write `request` with the next batch without waiting for it: `answered` gets
+        its result (or its exception) in the writing thread once it has committed. The
+        caller leads when nobody else is writing (then it returns after the writes)."""
+        if self._enqueue(_Item(request, answered=answered)):
+            self._lead(None)
+
+    def _enqueue(self, item: _Item[T]) -> bool:
+        """Pending from now on; True if the caller is to lead."""
+        with self._lock:
+            self._pending.append(item)
+            lead = not self._leading
+            self._leading = True
+        return lead
+
+    def _lead(self, own: _Item[T] | None) -> None:
+        """Write batches until `own` is written (a sender's lead: until no sender's
+        request is pending), then hand the lead to the oldest waiting caller."""
+        while True:
             with self._lock:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
@@ -89,33 +119,50 @@ class GroupCommit(Generic[T, R]):
                 answers, context = self._write([i.request for i in batch])
             except BaseException as exc:  # nothing was answered: every caller hears it
                 answers, context = [exc] * len(batch), None
-            if any(i is item for i in batch):
+            last = own is None or own.done or any(i is own for i in batch)
+            if last:
                 with self._lock:
-                    if self._pending:
-                        self._pending[0].wake()  # not done: it leads next
-                    else:
-                        self._leading = False
+                    last = self._hand_on()
             if context is not None and self._published is not None:
                 self._published(context)
             for done, answer in zip(batch, answers, strict=True):
-                done.result = answer
-                done.done = True
-                done.wake()
-        if isinstance(item.result, BaseException):
-            raise item.result
-        answer_of_ours: R = item.result
-        return answer_of_ours
+                self._answer(done, answer)
+            if last:
+                return
+
+    def _hand_on(self) -> bool:
+        """Under the lock: the lead to the oldest waiting caller, or given up when
+        nothing is pending; False while only senders' requests are (lead on)."""
+        heir = next((i for i in self._pending if i.answered is None), None)
+        if heir is not None:
+            heir.wake()  # not done: it leads next
+            return True
+        if not self._pending:
+            self._leading = False
+            return True
+        return False
+
+    @staticmethod
+    def _answer(item: _Item[T], answer: Any) -> None:
+        item.result = answer
+        item.done = True
+        if item.answered is None:
+            item.wake()
+            return
+        try:
+            item.answered(answer)
+        except Exception:  # noqa: S110 - one sender's callback must not cost the others theirs
+            pass
 
     def _withdraw(self, item: _Item[T]) -> None:
         """A waiting caller that was interrupted: if its request is still pending it is
         not written; if the lead had just been handed to it, the lead goes on to the
-        next pending caller, so that nobody waits for a leader that is gone."""
+        next waiting caller, or to a thread of its own while only senders' requests
+        are pending, so that nobody waits for a leader that is gone."""
         with self._lock:
             if item not in self._pending:
                 return  # a leader has it: it is written, its answer unheard
             self._pending.remove(item)
-            if item.woken:
-                if self._pending:
-                    self._pending[0].wake()
-                else:
-                    self._leading = False
+            if not item.woken or self._hand_on():
+                return
+        threading.Thread(target=self._lead, args=(None,), name="tasklab-commit").start()

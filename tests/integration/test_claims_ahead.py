@@ -5,6 +5,7 @@ task goes back to the queue for any worker; a stopping worker gives back what wa
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import uuid
@@ -137,3 +138,60 @@ def test_claims_ahead_are_a_thread_workers_and_never_negative(app):
     for kind in ("process", "async"):
         w = app.worker(runner=kind, concurrency=1)
         assert not hasattr(w.runner, "ahead") or w.runner.ahead == 0
+
+
+def _in_group_commit(ident: int) -> bool:
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("groupcommit.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_slots_thread_is_free_while_its_tasks_terminal_write_commits(store_url):
+    """The terminal write is handed over, not waited for: while the first write is held
+    inside its transaction, the second task runs and its thread goes back to the pool
+    with its write pending. A claim's future (its slot) stays taken until its own write
+    has committed, so a worker still holds no more claims than slots + ahead."""
+    app = make_app(store_url, lease=10.0)
+    observer = make_app(store_url)  # reads from connections of its own
+    ran: list[tuple[int, int]] = []
+
+    @app.task(name="t.ident", retry_safe=True)
+    def ident_task(ctx, n: int) -> None:  # type: ignore[no-untyped-def]
+        ran.append((n, threading.get_ident()))
+
+    held = threading.Event()
+    release = threading.Event()
+    plain = app.store.finish_and_claim
+
+    def holding(batch, request):  # type: ignore[no-untyped-def]
+        if not held.is_set():
+            held.set()
+            release.wait(20)
+        return plain(batch, request)
+
+    app.store.finish_and_claim = holding
+    try:
+        ids = app.submit_many("t.ident", [{"n": n} for n in range(4)])
+        with app.worker(concurrency=1, ahead=1) as w:
+            wait_for(lambda: held.is_set() and len(ran) >= 2, timeout=20)
+            second_thread = ran[1][1]
+            # the second task's thread is not waiting for its commit
+            wait_for(lambda: not _in_group_commit(second_thread), timeout=5)
+            in_flight = w.runner.in_flight()
+            assert len(in_flight) == 2  # neither slot freed before its write commits
+            assert all(not f.done() for f, _ in in_flight)
+            time.sleep(0.2)
+            assert len(ran) == 2  # one slot + one ahead: no third claim meanwhile
+            states = observer.store.states_of(ids[:2])
+            assert set(states.values()) == {State.RUNNING}
+            release.set()
+            assert [f.result(10) for f, _ in in_flight] == [State.SUCCEEDED] * 2
+            wait_for(lambda: observer.counts()["succeeded"] == 4, timeout=20)
+        assert sorted(n for n, _ in ran) == [0, 1, 2, 3]
+    finally:
+        release.set()
+        observer.close()
+        app.close()

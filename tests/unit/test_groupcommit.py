@@ -48,19 +48,23 @@ def test_callers_share_writes_and_each_hears_its_own_answer():
     assert len(batches) == 2 and batches[0] == [1]  # the rest shared the second write
 
 
+def _interrupt_when_handed_the_lead(monkeypatch, request: int) -> None:
+    real_wait = _Item.wait
+
+    def wait(self: _Item[int]) -> None:
+        real_wait(self)
+        if self.request == request and not self.done:  # woken to lead, not written
+            raise KeyboardInterrupt  # a Ctrl-C at that moment
+
+    monkeypatch.setattr(_Item, "wait", wait)
+
+
 def test_a_caller_interrupted_while_handed_the_lead_passes_it_on(monkeypatch):
     """The second caller is woken to lead and interrupted at that moment (a Ctrl-C):
     its request is withdrawn unwritten and the third caller leads instead."""
     batches: list[list[int]] = []
     group = _group(batches)
-    real_wait = _Item.wait
-
-    def wait(self: _Item[int]) -> None:
-        real_wait(self)
-        if self.request == 2 and not self.done:  # woken to lead, not written
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(_Item, "wait", wait)
+    _interrupt_when_handed_the_lead(monkeypatch, 2)
     out = _callers(group, [1, 2, 3])
     assert out[0] == 10 and isinstance(out[1], KeyboardInterrupt) and out[2] == 30
     assert 2 not in [n for b in batches for n in b]
@@ -79,3 +83,133 @@ def test_a_write_that_raises_answers_every_caller_of_its_batch(n):
 
     out = _callers(GroupCommit(write), list(range(n)))
     assert all(isinstance(o, RuntimeError) for o in out)
+
+
+class _Writes:
+    """A write that can be held at its start, recording each batch and whether any
+    sender's callback ran before its batch's write had returned."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.writing = threading.Event()
+        self.committed: set[int] = set()
+        self.early: list[int] = []
+        self.group: GroupCommit[int, int] = GroupCommit(self.write)
+
+    def write(self, batch: list[int]) -> tuple[list[int | BaseException], None]:
+        self.writing.set()
+        self.hold.wait(10)
+        self.batches.append(list(batch))
+        self.committed.update(batch)
+        return [ValueError(n) if n < 0 else n * 10 for n in batch], None
+
+    def held_leader(self) -> threading.Thread:
+        """A caller inside the first write, held there until `hold` is set."""
+        self.hold.clear()
+        leader = threading.Thread(target=lambda: self.group(1), daemon=True)
+        leader.start()
+        assert self.writing.wait(5)
+        return leader
+
+    def heard(self, out: dict[int, object], n: int):  # type: ignore[no-untyped-def]
+        def answered(answer: object) -> None:
+            if n not in self.committed:
+                self.early.append(n)
+            out[n] = answer
+
+        return answered
+
+
+def test_a_sender_returns_before_its_write_and_hears_it_after_the_commit():
+    w = _Writes()
+    leader = w.held_leader()
+    out: dict[int, object] = {}
+    t0 = time.monotonic()
+    for n in (2, -3, 4):
+        w.group.send(n, w.heard(out, n))
+    assert time.monotonic() - t0 < 1.0 and out == {}  # nobody waited, nothing heard yet
+    w.hold.set()
+    leader.join(5)
+    deadline = time.monotonic() + 5
+    while len(out) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out[2] == 20 and isinstance(out[-3], ValueError) and out[4] == 40
+    assert w.early == []  # every answer came after its own commit
+    # the leader wrote the senders' batch too (no waiting caller was left to lead)
+    assert w.batches == [[1], [2, -3, 4]]
+    assert w.group._pending == [] and w.group._leading is False
+
+
+def test_a_lone_sender_leads_and_nothing_sent_is_left_unwritten():
+    w = _Writes()
+    out: dict[int, object] = {}
+    for n in range(5):
+        w.group.send(n, w.heard(out, n))  # each leads its own write, nobody else being there
+    assert out == {n: n * 10 for n in range(5)} and w.early == []
+    assert w.group._pending == [] and w.group._leading is False
+
+
+def test_the_lead_goes_to_a_waiting_caller_not_to_a_sender():
+    """A caller that waits is the only kind that can be handed the lead (a sender has
+    gone); the leader's own write done, the lead goes to the waiting caller."""
+    w = _Writes()
+    first = w.held_leader()
+    out: dict[int, object] = {}
+    w.group.send(2, w.heard(out, 2))
+    answers: list[int] = []
+    second = threading.Thread(target=lambda: answers.append(w.group(3)), daemon=True)
+    second.start()
+    time.sleep(0.05)
+    w.writing.clear()
+    w.hold.set()
+    first.join(5)
+    second.join(5)
+    assert answers == [30] and out == {2: 20}
+    assert w.batches == [[1], [2, 3]]
+    assert w.group._pending == [] and w.group._leading is False
+
+
+def test_a_failing_callback_costs_no_other_sender_its_answer():
+    w = _Writes()
+    leader = w.held_leader()
+    out: dict[int, object] = {}
+
+    def boom(answer: object) -> None:
+        raise RuntimeError("a callback's bug")
+
+    w.group.send(2, boom)
+    w.group.send(3, w.heard(out, 3))
+    w.hold.set()
+    leader.join(5)
+    assert out == {3: 30}
+
+
+def test_an_interrupted_heir_with_only_senders_behind_it_leaves_them_a_leader(monkeypatch):
+    """The lead is handed to a waiting caller that is interrupted at that moment, and
+    only senders' requests are pending: a thread of its own writes them."""
+    w = _Writes()
+    _interrupt_when_handed_the_lead(monkeypatch, 2)
+    first = w.held_leader()
+    interrupted: list[BaseException] = []
+
+    def heir() -> None:
+        try:
+            w.group(2)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
+
+    second = threading.Thread(target=heir, daemon=True)
+    second.start()
+    time.sleep(0.05)
+    out: dict[int, object] = {}
+    w.group.send(3, w.heard(out, 3))
+    w.hold.set()
+    first.join(5)
+    second.join(5)
+    deadline = time.monotonic() + 5
+    while not out and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert interrupted and out == {3: 30}
+    assert 2 not in [n for b in w.batches for n in b]

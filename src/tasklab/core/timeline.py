@@ -7,9 +7,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasklab.core.models import JSON, Event, TaskSnapshot
+from tasklab.core.models import JSON, Claim, Event, Outcome, TaskSnapshot
 
 TIMELINE_EVENTS = ("attempt", "resumed", "retry", "lease_expired", "waiting")
+
+
+def attempt_event(claim: Claim, lease: float) -> dict[str, Any]:
+    """An attempt's first event: which claim runs it (its epoch and lease owner) and
+    for how long a lease lasts."""
+    return {"attempt": claim.attempt, "epoch": claim.epoch, "worker": claim.owner, "lease": lease}
+
+
+def outcome_events(outcome: Outcome, attempt: int) -> list[tuple[str, JSON]]:
+    """What an attempt's ending adds to the timeline before its terminal write: a
+    retry's error and backoff; a suspension's wait (streamed before it ends)."""
+    if outcome.kind == "retry" and outcome.error is not None:
+        retry: JSON = {
+            "attempt": attempt,
+            "error": outcome.error.code,
+            "message": outcome.error.message[:500],
+            "delay": outcome.retry_delay,
+        }
+        return [("retry", retry)]
+    if outcome.kind == "suspend" and outcome.wait is not None:
+        wait = outcome.wait
+        waiting: JSON = {
+            "kind": wait["kind"],
+            "until": wait["wake_at"],
+            "signal": wait["name"],
+            "children": wait["children"],
+        }
+        return [("waiting", waiting)]
+    return []
 
 
 def attempts(events: list[Event], snap: TaskSnapshot) -> list[dict[str, JSON]]:
