@@ -61,9 +61,9 @@ class GroupCommit(Generic[T, R]):
 
     Two ways in: `group(request)` waits for its answer; `group.send(request, answered)`
     returns at once (or after leading, when nobody else was writing) and its callback
-    hears the answer after the commit. Only waiting callers are handed the lead; while
-    only senders are pending, the leader goes on writing, so nothing sent is left
-    unwritten."""
+    hears the answer after the commit. Only waiting callers are handed the lead (a
+    sender has gone); senders' requests are written by the next sender to arrive, or
+    by the leader once it has published, so nothing sent is left unwritten."""
 
     def __init__(
         self,
@@ -109,8 +109,11 @@ class GroupCommit(Generic[T, R]):
         return lead
 
     def _lead(self, own: _Item[T] | None) -> None:
-        """Write batches until `own` is written (a sender's lead: until no sender's
-        request is pending), then hand the lead to the oldest waiting caller."""
+        """Write batches until `own` is written (a sender's lead: its batch), then hand
+        the lead to the oldest waiting caller. With only senders' requests pending, the
+        lead is let go before publishing, so that the next sender to arrive writes the
+        next batch while this thread publishes (as a waiting caller would); if none
+        has come by then, this thread writes it."""
         while True:
             with self._lock:
                 batch = self._pending[: self.max_batch]
@@ -119,28 +122,32 @@ class GroupCommit(Generic[T, R]):
                 answers, context = self._write([i.request for i in batch])
             except BaseException as exc:  # nothing was answered: every caller hears it
                 answers, context = [exc] * len(batch), None
-            last = own is None or own.done or any(i is own for i in batch)
-            if last:
+            handed: bool | None = None  # None: own is still pending, lead on
+            if own is None or own.done or any(i is own for i in batch):
                 with self._lock:
-                    last = self._hand_on()
+                    handed = self._hand_on()
             if context is not None and self._published is not None:
                 self._published(context)
             for done, answer in zip(batch, answers, strict=True):
                 self._answer(done, answer)
-            if last:
+            if handed is None:
+                continue
+            if handed:
                 return
+            with self._lock:
+                if not self._pending or self._leading:
+                    return  # a sender took the lead meanwhile and writes them
+                self._leading = True
 
     def _hand_on(self) -> bool:
-        """Under the lock: the lead to the oldest waiting caller, or given up when
-        nothing is pending; False while only senders' requests are (lead on)."""
+        """Under the lock: the lead to the oldest waiting caller (True), or let go —
+        True when nothing is pending, False while senders' requests are."""
         heir = next((i for i in self._pending if i.answered is None), None)
         if heir is not None:
             heir.wake()  # not done: it leads next
             return True
-        if not self._pending:
-            self._leading = False
-            return True
-        return False
+        self._leading = False
+        return not self._pending
 
     @staticmethod
     def _answer(item: _Item[T], answer: Any) -> None:
@@ -165,4 +172,5 @@ class GroupCommit(Generic[T, R]):
             self._pending.remove(item)
             if not item.woken or self._hand_on():
                 return
+            self._leading = True  # the senders' requests get a leader of their own
         threading.Thread(target=self._lead, args=(None,), name="tasklab-commit").start()

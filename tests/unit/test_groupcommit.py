@@ -213,3 +213,37 @@ def test_an_interrupted_heir_with_only_senders_behind_it_leaves_them_a_leader(mo
         time.sleep(0.01)
     assert interrupted and out == {3: 30}
     assert 2 not in [n for b in w.batches for n in b]
+
+
+def test_while_a_leader_publishes_the_next_sender_writes_the_next_batch():
+    """With only senders' requests pending, a leader lets the lead go before it
+    publishes: the next sender to arrive writes them, overlapping that publishing."""
+    batches: list[list[int]] = []
+    inside, hold = threading.Event(), threading.Event()
+    publishing, release = threading.Event(), threading.Event()
+
+    def write(batch: list[int]) -> tuple[list[int | BaseException], int]:
+        batches.append(list(batch))
+        if batch == [1]:
+            inside.set()
+            hold.wait(10)
+        return [n * 10 for n in batch], batch[0]
+
+    def published(first: int) -> None:
+        if first == 1:
+            publishing.set()
+            release.wait(10)
+
+    group: GroupCommit[int, int] = GroupCommit(write, published)
+    out: dict[int, object] = {}
+    leader = threading.Thread(target=lambda: out.update({1: group(1)}), daemon=True)
+    leader.start()
+    assert inside.wait(5)
+    group.send(2, lambda answer: out.update({2: answer}))
+    hold.set()
+    assert publishing.wait(5)  # the leader publishes its batch, held there
+    group.send(3, lambda answer: out.update({3: answer}))  # leads: nobody else writes
+    assert batches == [[1], [2, 3]] and out == {2: 20, 3: 30}
+    release.set()
+    leader.join(5)
+    assert out[1] == 10 and group._pending == [] and group._leading is False
