@@ -14,7 +14,7 @@ from tasklab.store.base import Store
 from tests.helpers import pg, sample_tasks
 
 STORES = ["sqlite", "postgres"]
-_pg_state: dict[str, object] = {}
+PG_MISSING = "PostgreSQL not available: set TASKLAB_TEST_PG or install postgresql"
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +30,7 @@ def _require_pg(admin: str | None) -> str:
                 "TASKLAB_REQUIRE_PG=1 but no PostgreSQL server could be found or "
                 "started (TASKLAB_TEST_PG, 127.0.0.1:5432/test, local initdb)"
             )
-        _pg_state["skipped"] = True
-        pytest.skip("PostgreSQL not available: set TASKLAB_TEST_PG or install postgresql")
+        pytest.skip(PG_MISSING)
     return admin
 
 
@@ -77,7 +76,9 @@ def _no_leaked_latches() -> Iterator[None]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
-    if _pg_state.get("skipped"):
+    # read from the skip reports: with `-n 2` the tests ran in worker processes
+    skipped = terminalreporter.stats.get("skipped", [])
+    if any(PG_MISSING in str(report.longrepr) for report in skipped):
         terminalreporter.write_line(
             "!!! PostgreSQL tests were SKIPPED: no server found. CI sets "
             "TASKLAB_REQUIRE_PG=1 so that this fails instead.",

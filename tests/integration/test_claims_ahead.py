@@ -151,7 +151,7 @@ def _in_group_commit(ident: int) -> bool:
 
 def test_a_slots_thread_is_free_while_its_tasks_terminal_write_commits(store_url):
     """The terminal write is handed over, not waited for: while the first write is held
-    inside its transaction, the second task runs and its thread goes back to the pool
+    back by the store, the second task runs and its thread goes back to the pool
     with its write pending. A claim's future (its slot) stays taken until its own write
     has committed, so a worker still holds no more claims than slots + ahead."""
     app = make_app(store_url, lease=10.0)
