@@ -373,7 +373,10 @@ class Execution:
             return self.engine.finisher.finish(self.claim, outcome, events)
 
     def _committed(self, answered: Answered, result: State | BaseException) -> None:
-        """A handed-over terminal write, answered in the thread that wrote it."""
+        """A handed-over terminal write, answered in the thread that wrote it. The
+        monitor lets go here: the execution's own thread may still be writing other
+        tasks' batches (no heartbeat or local deadline of this one is due any more)."""
+        self.engine.monitor.remove(self)
         if isinstance(result, BaseException):
             # counted off that thread: it writes other tasks' terminal writes too
             self._write_failed(result, self.engine.monitor.in_background)

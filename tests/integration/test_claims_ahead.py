@@ -195,3 +195,21 @@ def test_a_slots_thread_is_free_while_its_tasks_terminal_write_commits(store_url
         release.set()
         observer.close()
         app.close()
+
+
+def test_an_answered_execution_leaves_the_monitor_though_its_thread_writes_on(app):
+    """A handed-over write's answer takes the execution out of the monitor at once: the
+    thread that ran it may go on leading other tasks' writes, and no heartbeat or local
+    deadline of a task already written may come due meanwhile."""
+    tid = app.submit("t.echo", {"value": 1})
+    claim = app.engine.claim_task(tid)
+    assert claim is not None
+    heard: list[tuple[object, object]] = []
+
+    def answered(state: object) -> None:
+        heard.append((state, app.engine.monitor.get(tid)))
+
+    # a lone sender leads: this thread writes its own batch, inside `execute`
+    assert app.engine.execute(claim, answered=answered) is None
+    assert heard == [(State.SUCCEEDED, None)]
+    assert app.query(tid).state is State.SUCCEEDED
