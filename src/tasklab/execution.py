@@ -23,6 +23,7 @@ from tasklab.core.registry import TaskDef
 from tasklab.core.states import CancelReason, State
 from tasklab.core.timeline import attempt_event, outcome_events
 from tasklab.errors import LeaseLost, SessionLost, TasklabError
+from tasklab.stopflag import StopFlag
 from tasklab.store.roles import Effects, Leases, TaskReads, Waits
 from tasklab.tracing import ExecutionSpan
 
@@ -33,41 +34,6 @@ if TYPE_CHECKING:
 class _ExecutionStore(Leases, Effects, TaskReads, Waits, Protocol):
     """The store roles used here: fenced writes, the effect journal, the stored events,
     signals and spawns."""
-
-
-class StopFlag:
-    """`threading.Event`'s is_set / set / wait for an execution's stop request, without
-    building an Event (a Condition and its locks) for each of thousands of short tasks
-    that never wait on it: the Event is made the first time someone waits."""
-
-    __slots__ = ("_event", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: threading.Event | None = None
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-        event = self._event
-        if event is not None:
-            event.set()
-
-    def wait(self, timeout: float) -> bool:
-        if self._set:
-            return True
-        with _FLAG_EVENTS:
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        if self._set:  # set() ran before the event existed: it could not wake it
-            event.set()
-        return event.wait(timeout)
-
-
-_FLAG_EVENTS = threading.Lock()
 
 
 def _now(fn: Callable[..., Any], *args: Any) -> None:
