@@ -109,8 +109,9 @@ def test_claims_ahead_behind_a_long_task_go_back_to_the_queue_for_others(store_u
 
 
 def test_a_stopping_worker_gives_back_the_claims_waiting_for_a_turn(store_url, monkeypatch):
-    monkeypatch.setattr(thread_runner, "AHEAD_WAIT", 30.0)  # they would wait on (10 s: lease/10)
-    app = make_app(store_url, lease=100.0, drain_timeout=0.2, shutdown_grace=0.2)
+    # they would wait on for 30 s (lease/10): a loaded machine's setup cannot outlast it
+    monkeypatch.setattr(thread_runner, "AHEAD_WAIT", 30.0)
+    app = make_app(store_url, lease=300.0, drain_timeout=0.2, shutdown_grace=0.2)
     name = uuid.uuid4().hex
     try:
         blocker = app.submit("t.hold", {"name": name})
