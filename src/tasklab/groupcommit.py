@@ -97,7 +97,8 @@ class GroupCommit(Generic[T, R]):
         """Write `request` with the next batch without waiting for it: `answered` gets
         its result (or its exception) in the writing thread once it has committed. The
         caller leads when nobody else is writing (then it returns after the writes)."""
-        if self._enqueue(_Item(request, answered=answered)):
+        # a sender is never woken (nor handed the lead): no lock to hold for it
+        if self._enqueue(_Item(request, answered=answered, gate=None)):
             self._lead(None)
 
     def _enqueue(self, item: _Item[T]) -> bool:
