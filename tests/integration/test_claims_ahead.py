@@ -130,6 +130,46 @@ def test_a_stopping_worker_gives_back_the_claims_waiting_for_a_turn(store_url, m
         app.close()
 
 
+def test_a_stopping_worker_never_claims_again_what_it_gives_back(store_url, monkeypatch):
+    """The claims waiting for a turn are given back only once the claim loop has
+    stopped: a stop slowed down between its steps (a loaded machine) must not let the
+    loop claim a given-back task again and give it back twice (`released` 4, not 3)."""
+    monkeypatch.setattr(thread_runner, "AHEAD_WAIT", 30.0)
+    app = make_app(store_url, lease=300.0, drain_timeout=0.2, shutdown_grace=0.2)
+    name = uuid.uuid4().hex
+    claimed: list[str] = []
+    plain = app.store.claim
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        got = plain(*args, **kwargs)
+        claimed.extend(c.task_id for c in got)
+        return got
+
+    app.store.claim = recording
+    try:
+        blocker = app.submit("t.hold", {"name": name})
+        waiting = [app.submit("t.echo", {"value": i}) for i in range(3)]
+        w = app.worker(concurrency=1).start()
+        wait_for(lambda: started(name).is_set() and app.counts()["running"] == 4)
+        give_back = w.runner.stop_starting
+
+        def slowly() -> None:
+            give_back()  # the waiting claims are given back now ...
+            time.sleep(0.3)  # ... and the stop goes on only later
+
+        monkeypatch.setattr(w.runner, "stop_starting", slowly)
+        report = w.stop()
+        assert report["released"] == 3
+        assert sorted(claimed) == sorted([blocker, *waiting])  # each claimed once
+        for t in waiting:
+            snap = app.query(t)
+            assert snap.state is State.QUEUED and snap.attempt == 0
+        latch(name).set()
+        wait_for(lambda: app.query(blocker).state is State.CANCELLED)
+    finally:
+        app.close()
+
+
 def test_claims_ahead_are_a_thread_workers_and_never_negative(app):
     with pytest.raises(ValueError, match="ahead"):
         thread_runner.ThreadTaskRunner(app, 1, 0, None, -1)

@@ -135,7 +135,6 @@ class Worker:
     def stop(self, drain_timeout: float | None = None) -> dict[str, int]:
         """Graceful shutdown; returns what happened to the in-flight work."""
         drain = self.engine.settings.drain_timeout if drain_timeout is None else drain_timeout
-        self.runner.stop_starting()  # claims waiting for a turn start no more
         self._stop.set()
         if self in self.engine.finisher.refillers:
             self.engine.finisher.refillers.remove(self)
@@ -143,6 +142,9 @@ class Worker:
         self.runner.slot_freed.set()  # a full claim loop waits on this, not the store
         if self._thread is not None:
             self._thread.join()
+        # Only now do claims waiting for a turn stop waiting (given back): with the
+        # claim loop still running, the slots they free would claim them again.
+        self.runner.stop_starting()
         released = self.runner.cancel_unstarted()  # their callbacks release the claims
         deadline = time.monotonic() + drain
         while self.runner.in_flight() and time.monotonic() < deadline:
