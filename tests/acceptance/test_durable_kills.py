@@ -72,10 +72,10 @@ def test_sigkill_at_every_boundary_of_a_durable_function(store_url, tmp_path: Pa
     calls = Counter(tuple(line.split()) for line in (tmp_path / "calls").read_text().splitlines())
     assert killed == ROUNDS * len(BOUNDARIES)
     for tid, (boundary, safe) in tasks.items():
-        snap = app.query(tid)
+        snap, events = app.query(tid), app.events(tid)
         # the premise: each task was killed once, at its boundary (the sleeping one held
         # no lease when it was killed)
-        expired = sum(e.type == "lease_expired" for e in app.events(tid))
+        expired = sum(e.type == "lease_expired" for e in events)
         assert expired == (boundary != "sleeping"), (boundary, safe, expired)
         inside = boundary.removeprefix("in:") if boundary.startswith("in:") else None
         if inside and not safe:
@@ -97,6 +97,5 @@ def test_sigkill_at_every_boundary_of_a_durable_function(store_url, tmp_path: Pa
         for step in ("s1", "s2", "s3"):
             expected = 2 if step == inside else 1  # a retry_safe step killed inside: again
             assert calls[(tid, step)] == expected, (boundary, safe, step, calls[(tid, step)])
-        events = app.events(tid)
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
     app.close()
