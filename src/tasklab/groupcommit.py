@@ -24,6 +24,22 @@ T = TypeVar("T")  # what a caller asks to write
 R = TypeVar("R")  # its answer (an exception is raised in that caller's thread)
 
 
+_thread = threading.local()
+
+
+def when_kept(hook: Callable[[], None] | None) -> None:
+    """`hook` runs in this thread whenever a group commit is about to keep it: to wait
+    for a commit, or to lead one — writing others' batches for as long as that takes
+    (a thread runner's pool then stops counting on it to be back for the next turn)."""
+    _thread.kept_hook = hook
+
+
+def _kept() -> None:
+    hook = getattr(_thread, "kept_hook", None)
+    if hook is not None:
+        hook()
+
+
 def _held_lock() -> Any:
     lock = threading.Lock()
     lock.acquire()
@@ -81,6 +97,7 @@ class GroupCommit(Generic[T, R]):
     def __call__(self, request: T) -> R:
         item: _Item[T] = _Item(request)
         if not self._enqueue(item):
+            _kept()
             try:
                 item.wait()  # a result, or the lead handed to us
             except BaseException:  # interrupted (Ctrl-C in the main thread)
@@ -115,6 +132,7 @@ class GroupCommit(Generic[T, R]):
         lead is let go before publishing, so that the next sender to arrive writes the
         next batch while this thread publishes (as a waiting caller would); if none
         has come by then, this thread writes it."""
+        _kept()
         while True:
             with self._lock:
                 batch = self._pending[: self.max_batch]

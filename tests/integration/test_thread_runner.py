@@ -89,3 +89,28 @@ def test_submit_after_shutdown_is_refused(app):
     with pytest.raises(ShuttingDown):
         runner.submit(tid)
     assert app.query(tid).state is State.QUEUED
+
+
+def test_a_process_that_never_shuts_its_runner_down_still_exits(tmp_path):
+    """The pool's threads are not daemons (a running task finishes, as a
+    ThreadPoolExecutor's would): at the interpreter's exit its idle ones end, and
+    the process exits once its running task has returned."""
+    import subprocess
+    import sys
+
+    script = f"""
+import time
+from tasklab import TaskApp, ThreadTaskRunner
+app = TaskApp("sqlite:///{tmp_path / 'exit.db'}")
+
+@app.task(name="t.nap")
+def nap(ctx):
+    time.sleep(0.5)
+    open("{tmp_path / 'done'}", "w").write("yes")
+
+runner = ThreadTaskRunner(app, workers=2).__enter__()
+runner.submit(app.submit("t.nap", {{}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "done").read_text() == "yes"  # it ran to its end before the exit

@@ -35,7 +35,8 @@ class BaseRunner(ABC):
         self.engine = as_engine(app)
         self.workers = workers
         self.backlog = backlog
-        self._slots = threading.BoundedSemaphore(workers + backlog)
+        self._capacity = workers + backlog
+        self._taken = 0  # slots taken, of `_capacity` (under `_lock`)
         self._closing = False
         self.stopping = False  # a worker stops: nothing more starts
         self._work: dict[Future[Any], str | Claim] = {}
@@ -113,7 +114,11 @@ class BaseRunner(ABC):
     def _admit(self, work: str | Claim) -> Future[Any]:
         if self._closing:
             raise ShuttingDown(f"the {self.kind} runner is shutting down")
-        if not self._slots.acquire(blocking=False):
+        with self._lock:
+            full = self._taken >= self._capacity
+            if not full:
+                self._taken += 1
+        if full:
             raise QueueFull(
                 f"{self.kind} queue is full: {self.workers} workers and {self.backlog} "
                 "backlog slots are taken"
@@ -137,9 +142,12 @@ class BaseRunner(ABC):
             inherited = self._inherited > 0
             if inherited:
                 self._inherited -= 1
-        if not inherited:
-            self._slots.release()
-            self.slot_freed.set()  # a free slot: a waiting claim loop may claim now
+            else:
+                self._taken -= 1
+        # a free slot: a waiting claim loop may claim now (set already, it will count
+        # this slot: the loop clears the event before it counts)
+        if not inherited and not self.slot_freed.is_set():
+            self.slot_freed.set()
 
     def _done(self, fut: Future[Any]) -> None:
         with self._lock:

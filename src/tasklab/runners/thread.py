@@ -1,12 +1,14 @@
-"""`ThreadTaskRunner`: a ThreadPoolExecutor bounded by workers + backlog (seed 001).
+"""`ThreadTaskRunner`: a pool of threads bounded by workers + backlog (seed 001).
 
 Threads cannot be killed: a task that never reaches a checkpoint runs until it
-returns. Threads are named `tasklab-worker-…` so that a shutdown can be checked.
+returns. Threads are named `tasklab-worker-…` so that a shutdown can be checked. The
+pool (slots.py) has `workers` turns: work beyond them — the backlog, claims ahead —
+waits in its line, and a future not started yet can be cancelled.
 
 `ahead` (a worker's runner; 0 when used directly) lets a slot start its next task while
 the previous one's terminal write commits: the pool has `ahead` more threads than
-`workers`, and a gate of `workers` turns is held only while the task function runs,
-so "concurrency N" still means at most N task functions at once. A worker claims up
+`workers`, and a turn is held only while the task function runs, so "concurrency N"
+still means at most N task functions at once. A worker claims up
 to `ahead` tasks beyond its slots only while every task running now has run less
 than `AHEAD_WHILE_UNDER` (short tasks, where a commit is most of a task's time); a
 claim waiting for a turn longer than `AHEAD_WAIT` (a task turned out long) is given
@@ -34,15 +36,15 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tasklab.core.models import Claim, TaskSnapshot
+from tasklab.core.models import Claim
 from tasklab.core.states import State
 from tasklab.errors import TasklabError
 from tasklab.runners.base import BaseRunner
-from tasklab.runners.turns import Gate, Place
+from tasklab.runners.slots import Entry, SlotPool
 
 if TYPE_CHECKING:
     from tasklab.engine import EngineLike
@@ -54,7 +56,7 @@ AHEAD_WAIT = 0.1  # seconds a claim ahead waits for a turn (at most lease/10)
 
 class ThreadTaskRunner(BaseRunner):
     kind = "thread"
-    adopts = True  # work beyond the threads waits in the pool's queue
+    adopts = True  # work beyond the threads waits in the pool's line
 
     def __init__(
         self,
@@ -72,40 +74,52 @@ class ThreadTaskRunner(BaseRunner):
         self.pin_cpu = pin_cpu
         if pin_cpu is not None:
             check_cpu(pin_cpu)
+        self.given_back = 0  # claims ahead given back unstarted (a long wait, a stop)
+        self._given_back_on_stop = 0
+        self._places: dict[str, Entry] = {}  # lined up, by task id, not yet handed over
         # until its first tasks have run, a worker takes them to be as long as claims
         # ahead allow: a few ahead at first, all of them once they prove short
-        self._gate = Gate(workers, mean_run=AHEAD_WHILE_UNDER)
-        self.given_back = 0  # claims ahead given back unstarted (a long wait, a stop)
-        self._waiting = 0  # claims waiting for a turn now
-        self._given_back_on_stop = 0
-        self._places: dict[str, Place] = {}  # lined up, by task id, not yet handed over
-        self._pool = ThreadPoolExecutor(
-            max_workers=workers + ahead,
-            thread_name_prefix=THREAD_PREFIX,
+        self._pool = SlotPool(
+            workers,
+            workers + ahead,
+            self._run,
+            self._give_back,
+            THREAD_PREFIX,
             initializer=None if pin_cpu is None else partial(pin_this_thread, pin_cpu),
+            mean_run=AHEAD_WHILE_UNDER,
         )
 
     def _start_task(self, task_id: str) -> Future[Any]:
-        if self.ahead == 0:
-            return self._pool.submit(self.engine.run, task_id)
-        return self._in_line(self._run_in_turn, task_id)
+        return self._put(task_id, None)
 
     def _start_claim(self, claim: Claim) -> Future[Any]:
         if self.ahead == 0:
-            return self._pool.submit(self.engine.execute, claim)
-        # The claim's future is done when its terminal write has committed, not when
-        # its thread is free: the thread hands the write over and takes its next task.
-        settled: Future[Any] = Future()
-        thread = self._in_line(partial(self._execute_in_turn, settled), claim)
-        thread.add_done_callback(partial(_follow, settled))
-        return settled
+            return self._put(claim, None)
+        return self._put(claim, time.monotonic() + min(AHEAD_WAIT, self.engine.settings.lease / 10))
+
+    def _put(self, work: str | Claim, until: float | None) -> Future[Any]:
+        future: Future[Any] = Future()
+        if self.ahead and isinstance(work, str):
+            # a worker's transactional task waits its turn as long as it takes and is
+            # never cancelled unstarted: still queued, nobody else is kept from it
+            future.set_running_or_notify_cancel()
+        key = work.task_id if isinstance(work, Claim) else work
+        with self._lock:
+            place = self._places.pop(key, None)
+        try:
+            self._pool.put(place, work, future, until)
+        except BaseException:
+            if place is not None:
+                self._pool.leave(place)
+            raise
+        return future
 
     def line_up(self, claims: list[Claim]) -> None:
-        """Places at the gate for a batch of claims about to be handed over, taken at
-        once in the batch's order (see turns.py)."""
+        """Places in line for a batch of claims about to be handed over, taken at once
+        in the batch's order (see slots.py)."""
         if self.ahead == 0 or not claims:
             return
-        places = self._gate.take_places([c.sent_at for c in claims])
+        places = self._pool.reserve([c.sent_at for c in claims])
         with self._lock:
             self._places.update((c.task_id, p) for c, p in zip(claims, places, strict=True))
 
@@ -127,78 +141,64 @@ class ThreadTaskRunner(BaseRunner):
         with self._lock:
             place = self._places.pop(task_id, None)
         if place is not None:
-            self._gate.leave(place)
+            self._pool.leave(place)
 
-    def _in_line(self, fn: Callable[[Any, Place], Any], work: str | Claim) -> Future[Any]:
-        key = work.task_id if isinstance(work, Claim) else work
-        with self._lock:
-            place = self._places.pop(key, None)
-        if place is None:
-            (place,) = self._gate.take_places([time.monotonic()])
-        try:
-            return self._pool.submit(fn, work, place)
-        except BaseException:
-            self._gate.leave(place)
-            raise
-
-    def _execute_in_turn(self, settled: Future[Any], claim: Claim, place: Place) -> None:
-        if not settled.set_running_or_notify_cancel():
-            self._gate.leave(place)  # cancelled unstarted: `_done` gave the claim back
-            return
-        cap = min(AHEAD_WAIT, self.engine.settings.lease / 10)
-        with self._lock:
-            self._waiting += 1  # until it has its turn, or has been given back
-        turn = self._wait_for_turn(place, time.monotonic() + cap)
-        if turn:
-            with self._lock:
-                self._waiting -= 1
+    def _run(self, entry: Entry) -> None:
+        """A turn: the work's function runs now (in a pool thread)."""
+        future, work = entry.future, entry.work
+        assert future is not None
+        if isinstance(work, str):
+            if self.ahead == 0 and not future.set_running_or_notify_cancel():
+                return  # cancelled unstarted: `_done` recorded it
+            _answer(future, self.engine.run, work)
+        elif not future.set_running_or_notify_cancel():
+            return  # cancelled unstarted: `_done` gave the claim back
+        elif self.ahead == 0:
+            _answer(future, self.engine.execute, work)
+        else:
+            # The claim's future is done when its terminal write has committed, not when
+            # its thread is free: the thread hands the write over and takes its next turn.
             try:
                 self.engine.execute(
-                    claim, ended=lambda: self._gate.end(place), answered=partial(_settle, settled)
+                    work,
+                    ended=partial(self._pool.end_own, entry),
+                    answered=partial(_settle, future),
                 )
-                return
-            finally:
-                self._gate.end(place)
+            except BaseException as exc:
+                with contextlib.suppress(InvalidStateError):  # its commit answered first
+                    future.set_exception(exc)
+
+    def _give_back(self, entry: Entry) -> None:
+        """Work that waited in line too long (a claim ahead behind long tasks) or that
+        the runner will not start (it stops): a claim goes back to the queue for any
+        worker, a task id stays queued."""
+        future, work = entry.future, entry.work
+        assert future is not None
+        if isinstance(work, str):
+            _answer(future, self.engine.store.get, work)
+            return
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled unstarted: `_done` gave the claim back
         try:
-            self.engine.store.release(claim)  # never started: queued again
+            self.engine.store.release(work)  # never started: queued again
         except TasklabError:
             pass  # the lease will expire and the reaper will requeue it
         with self._lock:
-            self._waiting -= 1
             self.given_back += 1
             self._given_back_on_stop += 1 if self.stopping or self._closing else 0
-        _settle(settled, None)
-
-    def _run_in_turn(self, task_id: str, place: Place) -> TaskSnapshot:
-        """A task id (a worker's transactional task) waits its turn as long as it
-        takes: it is still queued, nobody else is kept from it."""
-        if not self._wait_for_turn(place, None):
-            return self.engine.store.get(task_id)  # stopping: left queued
-        try:
-            return self.engine.run(task_id)
-        finally:
-            self._gate.end(place)
-
-    def _wait_for_turn(self, place: Place, until: float | None) -> bool:
-        """True once the place's turn has begun; False when it is to be given up (it
-        waited until `until`, or the worker stops — checked after a turn is had)."""
-        turn = self._gate.wait(place, None if until is None else until - time.monotonic())
-        if turn and not (self._closing or self.stopping):
-            return True
-        self._gate.leave(place)
-        return False
+        _settle(future, None)
 
     def stop_starting(self) -> None:
         super().stop_starting()
-        self._gate.interrupt()
+        if self.ahead:
+            self._pool.interrupt()
 
     def cancel_unstarted(self) -> int:
         """The futures not started, and the claims that were waiting for a turn: each
-        is woken and gives itself back (waited for, a second at most, so that the
-        count is whole)."""
-        cancelled = super().cancel_unstarted()  # stops the starting, wakes the line
+        is given back (waited for, a second at most, so that the count is whole)."""
+        cancelled = super().cancel_unstarted()  # stops the starting, gives the line back
         deadline = time.monotonic() + 1.0
-        while self._waiting and time.monotonic() < deadline:
+        while self._pool.waiting and time.monotonic() < deadline:
             time.sleep(0.005)
         with self._lock:
             return cancelled + self._given_back_on_stop
@@ -214,39 +214,41 @@ class ThreadTaskRunner(BaseRunner):
         """0 while a task function running now has run `AHEAD_WHILE_UNDER`; else as
         many as get a turn within half of `AHEAD_WAIT` at the recent run times (more
         would only be claimed and given back)."""
-        if self.ahead == 0 or self._gate.longest_run(time.monotonic()) >= AHEAD_WHILE_UNDER:
+        if self.ahead == 0 or self._pool.longest_run(time.monotonic()) >= AHEAD_WHILE_UNDER:
             return 0
-        served = self.workers * AHEAD_WAIT / 2 / max(self._gate.mean_run, 1e-6)
+        served = self.workers * AHEAD_WAIT / 2 / max(self._pool.mean_run, 1e-6)
         return min(self.ahead, int(served))
 
     def _shutdown_executor(self) -> None:
-        self._gate.interrupt()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._close(wait=True)
 
     def _abandon_executor(self) -> None:
-        self._gate.interrupt()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._close(wait=False)
+
+    def _close(self, wait: bool) -> None:
+        if self.ahead:
+            self._pool.interrupt()
+        for future in self._pool.unstarted():
+            future.cancel()  # `_done` records each (a claim released, a task id cancelled)
+        self._pool.shutdown(wait)
 
     def __enter__(self) -> ThreadTaskRunner:
         super().__enter__()
         return self
 
 
+def _answer(future: Future[Any], fn: Callable[[Any], Any], arg: Any) -> None:
+    try:
+        result = fn(arg)
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
 def _settle(settled: Future[Any], state: State | None) -> None:
     with contextlib.suppress(InvalidStateError):  # its thread failed first
         settled.set_result(state)
-
-
-def _follow(settled: Future[Any], thread: Future[Any]) -> None:
-    """A claim's thread is done: cancelled before it ran (a shutdown), the claim is
-    too; raised, that is the claim's answer unless its commit answered first."""
-    if thread.cancelled():
-        settled.cancel()
-        return
-    exc = thread.exception()
-    if exc is not None:
-        with contextlib.suppress(InvalidStateError):
-            settled.set_exception(exc)
 
 
 def check_cpu(cpu: int) -> None:

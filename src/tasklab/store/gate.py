@@ -10,31 +10,34 @@ C library does not survive a connection closed while another thread uses it).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from tasklab.errors import StoreError
 
 
 class ClosingGate:
+    """`with gate.use():` around each call (an object, not a generator: every store
+    call passes here, a short task several times)."""
+
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._busy = 0
         self.closed = False
 
-    @contextmanager
-    def use(self) -> Iterator[None]:
-        with self._cond:
+    def use(self) -> ClosingGate:
+        return self
+
+    def __enter__(self) -> None:
+        with self._lock:
             if self.closed:
                 raise StoreError("the store is closed")
             self._busy += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._busy -= 1
-                if self._busy == 0:
-                    self._cond.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._busy -= 1
+            if self._busy == 0 and self.closed:
+                self._cond.notify_all()  # `close` waits for this
 
     def close(self, timeout: float) -> bool:
         """Refuse new calls; True once none is in flight, False if some still are

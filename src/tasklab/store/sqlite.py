@@ -277,7 +277,8 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
                     self._watcher.start()
         # A token handed out before the doorbell is bound could miss another process's
         # commit made in between (no ring would reach us): wait for the watcher.
-        self._watching.wait(5.0)
+        if not self._watching.is_set():
+            self._watching.wait(5.0)
 
     def _watch(self) -> None:
         bell = self._doorbell.listen()
