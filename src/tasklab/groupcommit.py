@@ -6,7 +6,9 @@ a round trip (PostgreSQL). The first caller leads and writes everything pending 
 transaction; the others wait on their own item, and the leader hands the lead to the
 oldest waiter still pending right after its commit, so the next transaction overlaps
 with publishing this one. A lone caller pays nothing extra. Commit first, publish
-after: no caller hears of a write before its commit.
+after: no caller hears of a write before its commit. A batch's waiting callers are
+woken in turn, each by the one before it: all at once, they would fight for the GIL
+and most would sleep again straight away.
 
 Used by the finisher (terminal writes, which may claim successors in the same
 transaction) and by `submit` (32 request threads submitting at once write one
@@ -15,6 +17,7 @@ transaction, not 32).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +63,11 @@ class _Item(Generic[T]):
     # pending, under the group's lock), then the leader of the batch that wrote it.
     gate: Any = field(default_factory=_held_lock)
     woken: bool = False
+    # The next caller of its batch to wake: a batch's callers are woken one after
+    # another, each by the one before, instead of all at once to fight for the GIL
+    # (most of them would sleep again at once, waiting for it).
+    next: _Item[T] | None = None
+    gone: bool = False  # its caller was interrupted: whoever wakes it wakes its next
 
     def wait(self) -> None:
         self.gate.acquire()
@@ -93,6 +101,7 @@ class GroupCommit(Generic[T, R]):
         self._pending: list[_Item[T]] = []
         self._lock = threading.Lock()
         self._leading = False
+        self._chain = threading.Lock()  # a wake in turn against its caller leaving
 
     def __call__(self, request: T) -> R:
         item: _Item[T] = _Item(request)
@@ -101,8 +110,11 @@ class GroupCommit(Generic[T, R]):
             try:
                 item.wait()  # a result, or the lead handed to us
             except BaseException:  # interrupted (Ctrl-C in the main thread)
+                self._leave_chain(item)
                 self._withdraw(item)
                 raise
+            if item.done and item.next is not None:
+                self._wake_in_turn(item.next)
         if not item.done:
             self._lead(item)
         if isinstance(item.result, BaseException):
@@ -147,8 +159,10 @@ class GroupCommit(Generic[T, R]):
                     handed = self._hand_on()
             if context is not None and self._published is not None:
                 self._published(context)
-            for done, answer in zip(batch, answers, strict=True):
-                self._answer(done, answer)
+            waiting = [
+                i for i, answer in zip(batch, answers, strict=True) if self._answer(i, answer)
+            ]
+            self._wake_all(waiting, own)
             if handed is None:
                 continue
             if handed:
@@ -169,16 +183,44 @@ class GroupCommit(Generic[T, R]):
         return not self._pending
 
     @staticmethod
-    def _answer(item: _Item[T], answer: Any) -> None:
+    def _answer(item: _Item[T], answer: Any) -> bool:
+        """True for a waiting caller (to wake); a sender hears its answer now."""
         item.result = answer
         item.done = True
         if item.answered is None:
-            item.wake()
-            return
+            return True
         try:
             item.answered(answer)
         except Exception:  # noqa: S110 - one sender's callback must not cost the others theirs
             pass
+        return False
+
+    def _wake_all(self, waiting: list[_Item[T]], own: _Item[T] | None) -> None:
+        """Wake a batch's waiting callers in turn (the leader's own item is read by
+        the leader itself, after it leads)."""
+        waiting = [i for i in waiting if i is not own]
+        for item, after in itertools.pairwise(waiting):
+            item.next = after
+        if waiting:
+            self._wake_in_turn(waiting[0])
+
+    def _wake_in_turn(self, item: _Item[T] | None) -> None:
+        """Wake `item`; if its caller has gone, the one after it instead, and so on."""
+        while item is not None:
+            with self._chain:
+                item.wake()
+                if not item.gone:
+                    return
+            item = item.next
+
+    def _leave_chain(self, item: _Item[T]) -> None:
+        """An interrupted caller: if its turn to be woken came already, it wakes the
+        next one itself; else whoever wakes it will (one or the other, never both)."""
+        with self._chain:
+            item.gone = True
+            passed = item.woken and item.done
+        if passed:
+            self._wake_in_turn(item.next)
 
     def _withdraw(self, item: _Item[T]) -> None:
         """A waiting caller that was interrupted: if its request is still pending it is

@@ -101,12 +101,12 @@ def test_a_process_that_never_shuts_its_runner_down_still_exits(tmp_path):
     script = f"""
 import time
 from tasklab import TaskApp, ThreadTaskRunner
-app = TaskApp("sqlite:///{tmp_path / 'exit.db'}")
+app = TaskApp("sqlite:///{tmp_path / "exit.db"}")
 
 @app.task(name="t.nap")
 def nap(ctx):
     time.sleep(0.5)
-    open("{tmp_path / 'done'}", "w").write("yes")
+    open("{tmp_path / "done"}", "w").write("yes")
 
 runner = ThreadTaskRunner(app, workers=2).__enter__()
 runner.submit(app.submit("t.nap", {{}}))

@@ -247,3 +247,82 @@ def test_while_a_leader_publishes_the_next_sender_writes_the_next_batch():
     release.set()
     leader.join(5)
     assert out[1] == 10 and group._pending == [] and group._leading is False
+
+
+def _slow_group(batches: list[list[int]]) -> GroupCommit[int, int]:
+    def write(batch: list[int]) -> tuple[list[int | BaseException], None]:
+        batches.append(list(batch))
+        time.sleep(0.1)  # every write: the next callers arrive meanwhile
+        return [n * 10 for n in batch], None
+
+    return GroupCommit(write)
+
+
+def test_a_batch_s_callers_are_woken_one_after_another(monkeypatch):
+    """Each waiting caller of a batch is woken by the one before it (the first by the
+    leader), not all at once by the leader."""
+    wakes: list[tuple[int, str]] = []
+    real_wake = _Item.wake
+
+    def wake(self: _Item[int]) -> None:
+        if self.done:
+            wakes.append((self.request, threading.current_thread().name))
+        real_wake(self)
+
+    monkeypatch.setattr(_Item, "wake", wake)
+    batches: list[list[int]] = []
+    group = _group(batches)
+    names: dict[int, str] = {}
+
+    def call(n: int) -> None:
+        names[n] = threading.current_thread().name
+        group(n)
+
+    threads = [threading.Thread(target=call, args=(n,), name=f"caller-{n}") for n in range(1, 6)]
+    for t in threads:
+        t.start()
+        time.sleep(0.002)
+    for t in threads:
+        t.join(10)
+    assert batches == [[1], [2, 3, 4, 5]]
+    # caller 2 led the second batch (its own answer it read itself)
+    assert wakes == [(3, names[2]), (4, names[3]), (5, names[4])]
+
+
+def test_a_caller_interrupted_after_its_turn_came_wakes_the_next(monkeypatch):
+    """Woken with its answer and interrupted at that moment: the callers after it in
+    its batch are still woken."""
+    real_wait = _Item.wait
+
+    def wait(self: _Item[int]) -> None:
+        real_wait(self)
+        if self.request == 3 and self.done:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_Item, "wait", wait)
+    batches: list[list[int]] = []
+    out = _callers(_group(batches), [1, 2, 3, 4, 5])
+    assert batches == [[1], [2, 3, 4, 5]]
+    assert out[:2] == [10, 20] and isinstance(out[2], KeyboardInterrupt) and out[3:] == [40, 50]
+
+
+def test_a_caller_interrupted_before_its_turn_is_passed_over(monkeypatch):
+    """Interrupted while its batch is being written (taken, not yet answered): whoever
+    wakes it wakes the next instead, and nobody is left waiting."""
+    real_wait = _Item.wait
+    batches: list[list[int]] = []
+    group = _slow_group(batches)
+
+    def wait(self: _Item[int]) -> None:
+        if self.request == 3:
+            while self in group._pending:  # until a leader has taken it
+                time.sleep(0.001)
+            assert not self.done
+            raise KeyboardInterrupt
+        real_wait(self)
+
+    monkeypatch.setattr(_Item, "wait", wait)
+    out = _callers(group, [1, 2, 3, 4, 5])
+    assert isinstance(out[2], KeyboardInterrupt)
+    assert [o for i, o in enumerate(out) if i != 2] == [10, 20, 40, 50]
+    assert 3 in [n for b in batches for n in b]  # written: it was taken before the interrupt

@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tasklab.app import TaskApp
@@ -48,7 +48,7 @@ def fill(app: TaskApp, n: int, tick: Callable[[int], None] | None = None) -> dic
     # the created range is read off the ids (the submitter's clock, README), not off
     # the database's created_at: on a slow machine a batch's insert can commit more
     # than the range's second after its ids were minted
-    at = datetime.fromtimestamp(int(middle[:12], 16) / 1000, timezone.utc)
+    at = datetime.fromtimestamp(int(middle[:12], 16) / 1000, UTC)
     return {
         "parent": parent,
         "prefix": middle[:12],
