@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -64,18 +65,23 @@ def test_rows_show_what_runs_and_how_workers_ended(store_url, tmp_path: Path):
 
 def test_ended_rows_are_pruned_after_a_while(store_url):
     app = make_app(store_url)
-    store = app.store
-    store.register_worker("gone")
-    store.unregister_worker("gone")
-    store.register_worker("alive")
-    store.worker_heartbeat("alive", dead_after=60.0, keep=3600.0)
-    assert {w["id"] for w in app.workers()} == {"gone", "alive"}
-    store.worker_heartbeat("alive", dead_after=60.0, keep=0.0)  # kept no time at all
-    assert [(w["id"], w["state"]) for w in app.workers()] == [("alive", "live")]
-    # exclusive recovery runs only with no executor alive: every live row is stale
-    app.recover_running()
-    assert [(w["id"], w["state"]) for w in app.workers()] == [("alive", "dead")]
-    app.close()
+    try:
+        store = app.store
+        store.register_worker("gone")
+        store.unregister_worker("gone")
+        store.register_worker("alive")
+        store.worker_heartbeat("alive", dead_after=60.0, keep=3600.0)
+        assert {w["id"] for w in app.workers()} == {"gone", "alive"}
+        # past the millisecond "gone" ended in (SQLite's clock has millisecond steps,
+        # and a row that ended this very millisecond has not ended before now)
+        time.sleep(0.01)
+        store.worker_heartbeat("alive", dead_after=60.0, keep=0.0)  # kept no time at all
+        assert [(w["id"], w["state"]) for w in app.workers()] == [("alive", "live")]
+        # exclusive recovery runs only with no executor alive: every live row is stale
+        app.recover_running()
+        assert [(w["id"], w["state"]) for w in app.workers()] == [("alive", "dead")]
+    finally:
+        app.close()
 
 
 def test_workers_over_http_and_the_cli(store_url):
