@@ -109,12 +109,14 @@ class GroupCommit(Generic[T, R]):
             _kept()
             try:
                 item.wait()  # a result, or the lead handed to us
+                # passing the turn on is inside: an interrupt landing just before it
+                # must not leave the next caller waiting (its wake is idempotent)
+                if item.done and item.next is not None:
+                    self._wake_in_turn(item.next)
             except BaseException:  # interrupted (Ctrl-C in the main thread)
                 self._leave_chain(item)
                 self._withdraw(item)
                 raise
-            if item.done and item.next is not None:
-                self._wake_in_turn(item.next)
         if not item.done:
             self._lead(item)
         if isinstance(item.result, BaseException):

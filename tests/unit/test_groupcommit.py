@@ -326,3 +326,22 @@ def test_a_caller_interrupted_before_its_turn_is_passed_over(monkeypatch):
     assert isinstance(out[2], KeyboardInterrupt)
     assert [o for i, o in enumerate(out) if i != 2] == [10, 20, 40, 50]
     assert 3 in [n for b in batches for n in b]  # written: it was taken before the interrupt
+
+
+def test_a_caller_interrupted_as_it_passes_its_turn_on_still_passes_it(monkeypatch):
+    """Woken with its answer and interrupted just before it wakes the next caller (a
+    Ctrl-C lands between the two): the callers after it are still woken."""
+    real_wake_in_turn = GroupCommit._wake_in_turn
+    interrupted: list[int] = []
+
+    def wake_in_turn(self: GroupCommit[int, int], item: _Item[int] | None) -> None:
+        if item is not None and item.request == 4 and not interrupted:
+            interrupted.append(4)  # in caller 3's thread: it passes the turn to 4
+            raise KeyboardInterrupt
+        real_wake_in_turn(self, item)
+
+    monkeypatch.setattr(GroupCommit, "_wake_in_turn", wake_in_turn)
+    batches: list[list[int]] = []
+    out = _callers(_group(batches), [1, 2, 3, 4, 5])
+    assert batches == [[1], [2, 3, 4, 5]] and interrupted == [4]
+    assert out[:2] == [10, 20] and isinstance(out[2], KeyboardInterrupt) and out[3:] == [40, 50]
