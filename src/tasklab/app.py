@@ -26,6 +26,7 @@ from tasklab.core.models import (
     Event,
     NewTask,
     Page,
+    Submission,
     TaskSnapshot,
 )
 from tasklab.core.queueing import (
@@ -223,9 +224,10 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
             concurrency_key=concurrency_key,
             unique_key=unique_key,
         )
-        return self.submit_ex(
-            task, payload, idempotency_key, max_attempts, options=options, connection=connection
-        )[0].id
+        submission = self._submission(
+            task, payload, idempotency_key, max_attempts, options, connection
+        )
+        return submission.id
 
     def submit_ex(
         self,
@@ -239,12 +241,24 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         connection: Any = None,
     ) -> tuple[TaskSnapshot, bool]:
         """Like `submit`, but answers the snapshot and whether it was created."""
+        return self._submission(
+            task, payload, idempotency_key, max_attempts, options, connection, request_bound
+        ).pair()
+
+    def _submission(
+        self,
+        task: str,
+        payload: object,
+        key: str | None,
+        max_attempts: int | None,
+        options: SubmitOptions,
+        connection: Any,
+        request_bound: bool = False,
+    ) -> Submission:
         with tracing.submit_span(task):
-            item = self.prepare(
-                task, payload, idempotency_key, max_attempts, request_bound, options
-            )
+            item = self.prepare(task, payload, key, max_attempts, request_bound, options)
             if connection is not None:
-                return self.store.submit_on(connection, [item])[0]
+                return Submission.of(*self.store.submit_on(connection, [item])[0])
             return self.engine.submitter.submit(item)
 
     def submit_many(

@@ -130,10 +130,11 @@ def _threads_submitting(app: Any, n: int, payload_of: Any) -> list[Any]:
 
 
 def _slow_first_submit(app: Any, monkeypatch: Any, sizes: list[int]) -> None:
-    """The first transaction takes 100 ms: the other callers arrive meanwhile."""
+    """The first transaction takes 100 ms: the other callers arrive meanwhile (the
+    group commit writes through `submissions`, `submit` whose snapshots are lazy)."""
     import time
 
-    store, real = app.store, app.store.submit
+    store, real = app.store, app.store.submissions
 
     def counted(items: Any) -> Any:
         sizes.append(len(items))
@@ -141,7 +142,7 @@ def _slow_first_submit(app: Any, monkeypatch: Any, sizes: list[int]) -> None:
             time.sleep(0.1)
         return real(items)
 
-    monkeypatch.setattr(store, "submit", counted)
+    monkeypatch.setattr(store, "submissions", counted)
 
 
 def test_threads_calling_submit_at_once_share_commits(app, store_url, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -184,6 +185,40 @@ class NewTask:
 
     def payload_text(self) -> str:
         return self.payload_json if self.payload_json is not None else dumps(self.payload)
+
+
+class Submission:
+    """What a submit answers: the task's id, whether this submit created it, and its
+    snapshot, made when first asked for and in the asking thread. `app.submit` wants
+    the id alone, and a thread writing a batch shared by many callers would otherwise
+    make every caller's snapshot while they wait for it, under one GIL."""
+
+    __slots__ = ("_make", "_snapshot", "created", "id")
+
+    def __init__(
+        self,
+        task_id: str,
+        created: bool,
+        make: Callable[[], TaskSnapshot] | None = None,
+        snapshot: TaskSnapshot | None = None,
+    ) -> None:
+        self.id = task_id
+        self.created = created
+        self._make = make
+        self._snapshot = snapshot
+
+    @classmethod
+    def of(cls, snapshot: TaskSnapshot, created: bool) -> Submission:
+        return cls(snapshot.id, created, snapshot=snapshot)
+
+    def snapshot(self) -> TaskSnapshot:
+        if self._snapshot is None:
+            assert self._make is not None
+            self._snapshot, self._make = self._make(), None
+        return self._snapshot
+
+    def pair(self) -> tuple[TaskSnapshot, bool]:
+        return self.snapshot(), self.created
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from tasklab.core.models import (
     NewTask,
     Outcome,
     Page,
+    Submission,
     TaskSnapshot,
     WorkerInfo,
 )
@@ -50,6 +51,7 @@ class Submits(Protocol):
     """New tasks, and a user's cancel."""
 
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]: ...
+    def submissions(self, items: list[NewTask]) -> list[Submission]: ...
     def submit_on(
         self, connection: Any, items: list[NewTask]
     ) -> list[tuple[TaskSnapshot, bool]]: ...

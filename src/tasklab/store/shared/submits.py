@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 from tasklab._types import Row
@@ -11,6 +12,7 @@ from tasklab.core.models import (
     CancelOutcome,
     Claim,
     NewTask,
+    Submission,
     TaskSnapshot,
 )
 from tasklab.core.states import CancelReason, State
@@ -26,6 +28,10 @@ class SqlSubmits(SqlClaims):
     def submit(self, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
         """Insert every item in one transaction. An existing idempotency key answers the
         existing task (same name and payload) or raises IdempotencyConflict."""
+        return [s.pair() for s in self.submissions(items)]
+
+    def submissions(self, items: list[NewTask]) -> list[Submission]:
+        """`submit`, each snapshot made only when asked for (core/models.py)."""
         self._see_queues(items)
         if len(items) == 1:  # the common case, in one round trip where it can be
             item = items[0]
@@ -33,7 +39,7 @@ class SqlSubmits(SqlClaims):
             inserted = self._write_steps([("insert_task", params)])[0]
             self.faults.check("submit_answer")
             if inserted:
-                return [(self._fresh(item, params, inserted[0]), True)]
+                return [self._inserted(item, params, inserted[0])]
             # ON CONFLICT DO NOTHING: a key is taken, by a committed task (the insert
             # waited for a concurrent one); answer it rather than insert a second time
             with self._write() as conn:
@@ -55,8 +61,8 @@ class SqlSubmits(SqlClaims):
         conn = self._on_callers(driver_connection(connection))
         self._see_queues(items)
         if len(items) > 1 and all(i.unique_key is None for i in items):
-            return self._insert_many(conn, items)
-        return [self._insert(conn, item) for item in items]
+            return [s.pair() for s in self._insert_many(conn, items)]
+        return [self._insert(conn, item).pair() for item in items]
 
     def _see_queues(self, items: list[NewTask]) -> None:
         view = self._view
@@ -83,6 +89,9 @@ class SqlSubmits(SqlClaims):
             "parent_id": item.parent_id,
             "trace_context": item.trace_context,
         }
+
+    def _inserted(self, item: NewTask, params: dict[str, Any], row: Row) -> Submission:
+        return Submission(params["id"], True, partial(self._fresh, item, params, row))
 
     def _fresh(self, item: NewTask, params: dict[str, Any], row: Row) -> TaskSnapshot:
         """The snapshot of a task just inserted: everything but the database's clock
@@ -111,7 +120,7 @@ class SqlSubmits(SqlClaims):
             parent_id=item.parent_id,
         )
 
-    def _insert_many(self, conn: Any, items: list[NewTask]) -> list[tuple[TaskSnapshot, bool]]:
+    def _insert_many(self, conn: Any, items: list[NewTask]) -> list[Submission]:
         """Many new tasks in one statement (`insert_tasks`, its rows as the dialect
         passes many: `_rows_param`), in batch order; those whose idempotency key is
         taken answer the task holding it (read in one more statement) or conflict."""
@@ -123,23 +132,23 @@ class SqlSubmits(SqlClaims):
         if taken:
             found = self._all(conn, "tasks_by_keys", keys=self._list_param(taken))
             holders = {r["idempotency_key"]: r for r in found}
-        out: list[tuple[TaskSnapshot, bool]] = []
+        out: list[Submission] = []
         for item, params in zip(items, batch, strict=True):
             row = by_id.get(params["id"])
             if row is not None:
-                out.append((self._fresh(item, params, row), True))
+                out.append(self._inserted(item, params, row))
                 continue
             existing = holders[item.idempotency_key]  # type: ignore[index]
             self._existing(existing, item, item.payload_text())
-            out.append((self._snapshot(existing), False))
+            out.append(Submission.of(self._snapshot(existing), False))
         return out
 
-    def _insert(self, conn: Any, item: NewTask) -> tuple[TaskSnapshot, bool]:
+    def _insert(self, conn: Any, item: NewTask) -> Submission:
         params = self._insert_params(item)
         for _ in range(3):
             row = self._one(conn, "insert_task", **params)
             if row is not None:
-                return self._fresh(item, params, row), True
+                return self._inserted(item, params, row)
             # ON CONFLICT DO NOTHING: a key exists (perhaps committed a moment ago by a
             # concurrent submit, which this statement waited for). The idempotency key
             # is permanent: the same task and payload, or a conflict.
@@ -147,13 +156,13 @@ class SqlSubmits(SqlClaims):
                 existing = self._one(conn, "task_by_key", key=item.idempotency_key)
                 if existing is not None:
                     self._existing(existing, item, item.payload_text())
-                    return self._snapshot(existing), False
+                    return Submission.of(self._snapshot(existing), False)
             # The unique key holds only while its task is live: answer that task, or
             # (it finished in between) try the insert again.
             if item.unique_key is not None:
                 live = self._one(conn, "task_by_unique", key=item.unique_key)
                 if live is not None:
-                    return self._snapshot(live), False
+                    return Submission.of(self._snapshot(live), False)
         raise IdempotencyConflict(
             f"task {item.task!r}: its keys kept conflicting with tasks ending meanwhile"
         )
@@ -173,7 +182,7 @@ class SqlSubmits(SqlClaims):
         so that no worker can take it in between (workers never claim such tasks)."""
         sent = time.monotonic()
         with self._write() as conn:
-            snap, created = self._insert(conn, item)
+            snap, created = self._insert(conn, item).pair()
             claimed = self._one(conn, "claim_id", id=snap.id, owner=owner, lease=lease)
             if claimed is not None:
                 snap = self._snapshot(self._one(conn, "get_task", id=snap.id))

@@ -55,7 +55,7 @@ class SqlWaits(SqlSubmits):
         an execution whose lease was taken cannot spawn."""
         with self._write() as conn:
             self._fenced(conn, claim, [])
-            return self._insert(conn, item)
+            return self._insert(conn, item).pair()
 
     def children(self, parent_id: str, limit: int, cursor: str | None) -> Page:
         limit = max(1, min(int(limit), 1000))
