@@ -308,6 +308,12 @@ def test_tasklab_sessions_carry_their_limits_and_a_transactional_run_lifts_its_o
         with psycopg.connect(pg_url) as check:
             (state,) = check.execute("SELECT state FROM tasks WHERE id = %s", (tid,)).fetchone()
         assert state == "succeeded"
+        # its body's own queries may scan sequentially (tasklab's statements may not)
+        tid = runner.submit("t.tx_settings", {})
+        assert runner.run_pending() >= 1
+        assert runner.query(tid).result == {"enable_seqscan": "on", "jit": "off"}
+        with store._read() as conn:  # and the session is tasklab's again afterwards
+            assert conn.execute("SHOW enable_seqscan").fetchone() == {"enable_seqscan": "off"}
     finally:
         store.close()  # the runner's too
         app.close()

@@ -168,6 +168,15 @@ def tx(ctx: Any, value: int) -> int:
     return value * 2
 
 
+@app.task(name="t.tx_settings", transactional=True)
+def tx_settings(ctx: Any) -> dict[str, str]:
+    """The planner settings a transactional body's own queries run with."""
+    return {
+        name: ctx.connection.execute(f"SHOW {name}").fetchone()[name]
+        for name in ("enable_seqscan", "jit")
+    }
+
+
 @app.task(name="t.tx_sleep", transactional=True)
 def tx_sleep(ctx: Any, seconds: float) -> float:
     """Idles in its run's transaction (no statement) for `seconds`."""

@@ -176,3 +176,69 @@ def test_statements_on_one_running_task_look_its_id_up(pg_url):
             assert "tasks_pkey" in ran and "tasks_live" not in ran, (name, ran)
         conn.rollback()
     app.close()
+
+
+def test_plans_made_while_tasks_is_empty_walk_indexes_in_the_next_burst(pg_url):
+    """A queue table emptied and vacuumed has no pages: a sequential scan of it costs
+    nothing, and every plan made then — a prepared statement's generic plan, a PL/pgSQL
+    function's — read the whole table for each fence, heartbeat and claim of the next
+    burst, until an autovacuum's statistics replaced it. tasklab's sessions run with
+    enable_seqscan off, and the promoter, the reaper, the scheduler and the webhook
+    sender bound their walks by now (an index condition: clock_timestamp() cannot be
+    one)."""
+    app = make_app(pg_url, lease=600.0)
+    app.submit_many("t.echo", [{"value": i} for i in range(100)])
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DELETE FROM tasks")
+        admin.execute("VACUUM tasks")
+        pages = admin.execute("SELECT relpages FROM pg_class WHERE relname = 'tasks'")
+        assert pages.fetchone()[0] == 0
+    q = app.store.q
+    fake = {"id": "0" * 24, "epoch": 1}
+    statements = [
+        ("fence_many", {"ids": [fake["id"]], "epochs": [1], "ns": [0]}),
+        ("fence", {**fake, "n": 0}),
+        ("heartbeat", {**fake, "lease": 600.0}),
+        ("states_of", {"ids": [fake["id"]]}),
+        ("expired", {"limit": 100}),
+        (
+            "claim_next",
+            {"names": ["t.echo"], "limit": BATCH, "owner": "w", "lease": 600.0, "queue": "default"},
+        ),
+    ]
+    conn = app.store._dedicated()  # a session as the store makes them
+    try:
+        for name, params in statements:  # plans made while the table is empty
+            for _ in range(6):
+                conn.execute(q[name], params, prepare=True).fetchall()
+        app.submit_many("t.echo", [{"value": i} for i in range(N)])
+        plans = _explained(conn)
+        with conn.transaction():
+            before = _reads(conn)
+            claimed = conn.execute(q["claim_next"], statements[-1][1], prepare=True).fetchall()
+            ids = [r["id"] for r in claimed]
+            params = {"ids": ids, "epochs": [r["epoch"] for r in claimed], "ns": [0] * BATCH}
+            assert len(conn.execute(q["fence_many"], params, prepare=True).fetchall()) == BATCH
+            one = {"id": ids[0], "epoch": claimed[0]["epoch"]}
+            assert conn.execute(q["fence"], {**one, "n": 0}, prepare=True).fetchall()
+            assert conn.execute(q["heartbeat"], {**one, "lease": 600.0}, prepare=True).fetchall()
+            assert len(conn.execute(q["states_of"], {"ids": ids}, prepare=True).fetchall()) == BATCH
+            assert not conn.execute(q["expired"], {"limit": 100}, prepare=True).fetchall()
+            conn.execute(q["schedules_due"], {"limit": 10}).fetchall()
+            conn.execute(q["outbox_pending"], {"url": "http://127.0.0.1/", "limit": 10}).fetchall()
+            read = _reads(conn) - before
+        ran = "\n".join(p for p in plans if "pg_stat_xact" not in p)
+        assert "Seq Scan on tasks" not in ran, ran
+        assert read <= 8 * BATCH, (read, ran)  # not the N tasks of the burst
+        for bound in (
+            r"run_after <= \$\d+",
+            r"wake_at <= \$\d+",
+            r"lease_until <= statement_",
+            r"next_tick <= statement_",
+            r"next_attempt_at <= statement_",
+        ):
+            assert re.search(r"Index Cond: .*" + bound, ran), (bound, ran)
+        conn.rollback()
+    finally:
+        conn.close()
+    app.close()

@@ -48,6 +48,14 @@ def session_settings(statement_timeout_ms: int, idle_in_transaction_ms: int) -> 
     their own next statement, so the server ends such a session after a few seconds (a
     transactional task's run lifts it: its body is user code). Server-side keepalives
     end a session whose peer is gone, idle or not (its session advisory locks with it).
+    enable_seqscan off: every statement of tasklab's is meant to walk an index, and a
+    queue table's statistics lie in the normal course of things — emptied and vacuumed
+    between two bursts, `tasks` has no pages, a sequential scan of it costs nothing,
+    and each plan made then (a prepared statement's generic plan, a PL/pgSQL
+    function's) read the whole table for every fence, heartbeat and claim of the next
+    burst until an autovacuum's statistics replaced it, up to a minute later. Off, a
+    sequential scan is still taken where nothing else can answer (small tables without
+    a fitting index).
     """
     return {
         "statement_timeout": str(statement_timeout_ms),
@@ -56,6 +64,7 @@ def session_settings(statement_timeout_ms: int, idle_in_transaction_ms: int) -> 
         "tcp_keepalives_interval": "2",
         "tcp_keepalives_count": "3",
         "jit": "off",
+        "enable_seqscan": "off",
     }
 
 

@@ -281,8 +281,10 @@ FROM unnest(CAST(:event_id AS TEXT[]), CAST(:task_id AS TEXT[])) AS o(event_id, 
 
 -- name: expired
 -- Live tasks whose lease has run out (locked, skipping those another reaper holds).
+-- statement_timestamp(), not clock_timestamp(): stable, so an index condition, and the
+-- walk of tasks_live stops at now instead of reading every running task.
 SELECT id, epoch, state, attempt, max_attempts, retry_safe, request_bound FROM tasks
-WHERE state IN ('running', 'cancel_requested') AND lease_until <= clock_timestamp()
+WHERE state IN ('running', 'cancel_requested') AND lease_until <= statement_timestamp()
 ORDER BY lease_until LIMIT :limit FOR UPDATE SKIP LOCKED;
 
 -- name: live
@@ -381,9 +383,10 @@ SELECT id, task, lease_owner, started_at, lease_until FROM tasks
 WHERE state IN ('running', 'cancel_requested') ORDER BY started_at;
 
 -- name: outbox_pending
--- Deliveries due for a URL, oldest first (rows made with each notification).
+-- Deliveries due for a URL, oldest first (rows made with each notification); the
+-- clock as in `expired`.
 SELECT event_id, task_id, attempts FROM deliveries
-WHERE url = :url AND delivered_at IS NULL AND next_attempt_at <= clock_timestamp()
+WHERE url = :url AND delivered_at IS NULL AND next_attempt_at <= statement_timestamp()
 ORDER BY next_attempt_at LIMIT :limit;
 
 -- name: subscribe_lock
@@ -441,8 +444,12 @@ WHERE d.url = :url AND d.delivered_at IS NULL;
 -- name: savepoint_body
 -- Mark the start of a transactional task's own work. Its body is user code, which may
 -- leave the session idle in this transaction as long as it runs: the store's limit on
--- that (idle_in_transaction_session_timeout, postgres.py) is lifted for this one.
-SET LOCAL idle_in_transaction_session_timeout = 0; SAVEPOINT task_body;
+-- that (idle_in_transaction_session_timeout, postgres.py) is lifted for this one, and
+-- its own queries may scan a table sequentially where the planner finds that cheaper
+-- (tasklab's sessions run with enable_seqscan off, for tasklab's statements:
+-- pgsessions.py; jit stays off).
+SET LOCAL idle_in_transaction_session_timeout = 0; SET LOCAL enable_seqscan = on;
+SAVEPOINT task_body;
 
 -- name: rollback_body
 -- Undo a failed transactional task's own work (the claim stays).
@@ -557,9 +564,10 @@ DELETE FROM schedules WHERE name = :name;
 SELECT * FROM schedules ORDER BY name;
 
 -- name: schedules_due
--- Schedules whose next tick has come, by the database clock (with that clock).
-SELECT s.*, clock_timestamp() AS now FROM schedules s
-WHERE s.next_tick <= clock_timestamp() ORDER BY s.next_tick LIMIT :limit;
+-- Schedules whose next tick has come, by the database clock (with that clock; as in
+-- `expired`, a stable one: the walk of schedules_due stops at now).
+SELECT s.*, statement_timestamp() AS now FROM schedules s
+WHERE s.next_tick <= statement_timestamp() ORDER BY s.next_tick LIMIT :limit;
 
 -- name: schedule_advance
 -- Move a schedule past the ticks just submitted, unless another scheduler did.
