@@ -195,8 +195,9 @@ def test_a_pruned_tasks_page_says_so(served, context):
 
     app, server = served
     tid = app.submit("t.echo", {"value": 1})
-    app.cancel(tid)
-    time.sleep(0.01)
+    app.cancel(tid)  # queued: cancelled; already claimed: it ends (cancelled or done)
+    wait_for(lambda: app.query(tid).terminal)
+    time.sleep(0.01)  # past its end on SQLite's millisecond clock
     assert app.prune(timedelta(0))["tasks"] == 1
     page = context.new_page()
     page.goto(f"{server.url}/ui/tasks/{tid}")

@@ -463,6 +463,60 @@ def test_finish_many_fences_each_claim_on_its_own(store, reader):
     assert all(reader.outbox_for(t) is not None for t in (a.id, b.id, c.id))
 
 
+def test_a_batch_numbers_each_tasks_events_on_into_its_next_attempt(store, reader):
+    """A batch's fence reads each row (locked) and each settlement writes the event
+    counter the fence answered: a task retried by the batch, one it put to sleep (due
+    at once: queued again) and one it finished number their next events on from where
+    the batch left them — no number twice, none skipped."""
+    (a, _), (b, _), (c, _) = store.submit([new(retry_safe=True, max_attempts=2), new(), new()])
+    claims = {cl.task_id: cl for cl in store.claim(NAMES, 3, "w", 5.0)}
+    nap = {"kind": "sleep", "key": "wait:1:sleep", "wake_at": "2020-01-01T00:00:00Z"}
+    results = store.finish_many(
+        [
+            (
+                claims[a.id],
+                Outcome.retry(ErrorCode.TASK_ERROR, "again", 0),
+                [("progress", 1), ("progress", 2)],
+            ),
+            (claims[b.id], Outcome.suspended({**nap, "record": {}}), [("progress", 1)]),
+            (claims[c.id], Outcome.returned("c"), [("progress", 1)]),
+        ]
+    )
+    assert results == [State.QUEUED, State.QUEUED, State.SUCCEEDED]
+    again = {cl.task_id: cl for cl in store.claim(NAMES, 2, "w", 5.0)}
+    assert set(again) == {a.id, b.id}
+    for claim in again.values():
+        counter = store.append_events(claim, [("progress", "next")])
+        assert counter == (3 if claim.task_id == a.id else 2)
+    ends = [(cl, Outcome.returned("done"), [("progress", "end")]) for cl in again.values()]
+    store.finish_many(ends)
+    assert [e.seq for e in reader.events(a.id)] == [1, 2, 3, 4]
+    assert [e.seq for e in reader.events(b.id)] == [1, 2, 3]
+    assert [e.seq for e in reader.events(c.id)] == [1]
+    assert reader.get(a.id).attempt == 2 and reader.get(c.id).result == "c"
+
+
+def test_a_batch_fence_on_sqlite_is_a_key_lookup_per_claim(tmp_path):
+    """SQLite's batch fence walks the batch and looks each claim up by its key, never
+    the table by an index, with statistics that say most tasks run (PostgreSQL's
+    plans: tests/integration/test_pg_plans.py)."""
+    s = open_store(f"sqlite:///{tmp_path / 'plan.db'}")
+    try:
+        s.submit([new() for _ in range(2000)])
+        s.claim(NAMES, 1500, "w", 60.0)
+        with s._write() as conn:
+            conn.execute("ANALYZE")
+        with s._read() as conn:
+            sql = "EXPLAIN QUERY PLAN " + s.q["fence_many"]
+            rows = conn.execute(sql, {"batch": '[["a", 1, 1]]'}).fetchall()
+        plan = [r["detail"] for r in rows]
+        assert plan[0].startswith("SCAN json_each") and plan[1:] == [
+            "SEARCH tasks USING PRIMARY KEY (id=?)"
+        ], plan
+    finally:
+        s.close()
+
+
 def test_finish_and_claim_is_one_transaction(store, reader):
     """Claim-on-finish: the terminal writes and the next claims commit together, or
     (a failed terminal write) neither does."""

@@ -195,16 +195,21 @@ class SqlCore(ABC):
         current: State,
         s: Settlement,
         query: str,
+        event_seq: int | None = None,
         **extra: Any,
     ) -> bool:
-        params = self._settle_params(task_id, epoch, current, s)
+        params = self._settle_params(task_id, epoch, current, s, event_seq)
         changed = self._x(conn, query, **params, **extra).rowcount
         if changed and s.state.terminal:
             self._x(conn, "insert_outbox", event_id=new_event_id(), task_id=task_id)
         return bool(changed)
 
     @staticmethod
-    def _settle_params(task_id: str, epoch: int, current: State, s: Settlement) -> dict[str, Any]:
+    def _settle_params(
+        task_id: str, epoch: int, current: State, s: Settlement, event_seq: int | None = None
+    ) -> dict[str, Any]:
+        """A settlement's parameters; `event_seq`: the counter a reading fence
+        (`fence_many`) answered, which the settlement writes (None: it stays)."""
         return {
             "id": task_id,
             "epoch": epoch,
@@ -218,6 +223,7 @@ class SqlCore(ABC):
             "reason": s.reason.value if s.reason else None,
             "terminal": s.state.terminal,
             "delay": float(s.delay),  # one type per array column (PostgreSQL batches)
+            "event_seq": event_seq,
         }
 
     @staticmethod

@@ -142,9 +142,10 @@ class SqlLeases(SqlClaims):
         self, conn: Any, items: list[tuple[Claim, Outcome, list[PendingEvent]]]
     ) -> list[State | LeaseLost]:
         """A batch in four statements whatever its size (four round trips on
-        PostgreSQL): one fencing UPDATE for every claim, then the events, the settlements
-        and the outbox rows as `executemany`s (the fence holds each row until the
-        commit, so the settlements cannot miss)."""
+        PostgreSQL): one fencing read for every claim (locking each row it passes until
+        the commit, so the settlements cannot miss), then the events, the settlements
+        (which write the event counters the fence answered) and the outbox rows as
+        `executemany`s."""
         if len(items) == 1:
             return self._finish_one(conn, *items[0])
         # a suspend takes its task's lock before the fence takes the row (a signal
@@ -163,13 +164,14 @@ class SqlLeases(SqlClaims):
             if row is None:
                 results.append(lease_lost(claim))
                 continue
-            events += self._event_params(claim, int(row["event_seq"]) - len(evs) + 1, evs)
+            seq = int(row["event_seq"])
+            events += self._event_params(claim, seq - len(evs) + 1, evs)
             current = State(row["state"])
             settled = settle(current, outcome)
             if settled.state is State.WAITING:
-                results.append(self._suspend(conn, claim, current, settled.wait or {}))
+                results.append(self._suspend(conn, claim, current, settled.wait or {}, seq))
                 continue
-            settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled))
+            settles.append(self._settle_params(claim.task_id, claim.epoch, current, settled, seq))
             if settled.state.terminal:
                 outbox.append({"event_id": new_event_id(), "task_id": claim.task_id})
             results.append(settled.state)
@@ -197,10 +199,18 @@ class SqlLeases(SqlClaims):
         self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
         return [settled.state]
 
-    def _suspend(self, conn: Any, claim: Claim, current: State, wait: dict[str, Any]) -> State:
+    def _suspend(
+        self,
+        conn: Any,
+        claim: Claim,
+        current: State,
+        wait: dict[str, Any],
+        event_seq: int | None = None,
+    ) -> State:
         """End a fenced execution into its wait, with the wait's journal record, under
         the task's lock (taken before the fence): `waiting`, or `queued` at once when
-        what it waits for came meanwhile (a signal, the children's ends, the time)."""
+        what it waits for came meanwhile (a signal, the children's ends, the time).
+        `event_seq` as in `_settle_params`."""
         self._x(
             conn,
             "journal_wait",
@@ -219,10 +229,11 @@ class SqlLeases(SqlClaims):
             name=wait.get("name"),
             ids=dumps(wait["children"]) if wait.get("children") else None,
             wake_at=self._time_param(_parse_time(wake)) if wake else None,
+            event_seq=event_seq,
         )
         if row is None:  # fenced here, so: a request-bound task, whose request ran it
             refused = settle(current, Outcome.failed(ErrorCode.TASK_ERROR, NO_WAIT))
-            self._apply(conn, claim.task_id, claim.epoch, current, refused, "finish")
+            self._apply(conn, claim.task_id, claim.epoch, current, refused, "finish", event_seq)
             return refused.state
         return State(row["state"])
 

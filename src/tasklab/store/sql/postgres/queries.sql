@@ -191,18 +191,24 @@ WHERE id = :id AND epoch = :epoch
 RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 
 -- name: fence_many
--- The fencing check for a batch of claims at once (arrays of ids, epochs, event counts).
--- `t.id = ANY(ids)` as well as the join: primary-key lookups even when the statistics
--- say the table is empty (a queue table vacuumed or analyzed between two bursts). The
--- live-state check is a CASE as in `fence`: otherwise the generic plan read ~12,000
--- entries of tasks_live per batch in a 20,000-task drain.
-UPDATE tasks t SET event_seq = t.event_seq + v.n
-FROM unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[]), CAST(:ns AS INTEGER[]))
-    AS v(id, epoch, n)
-WHERE t.id = ANY(CAST(:ids AS TEXT[])) AND t.id = v.id AND t.epoch = v.epoch
+-- The fencing check for a batch of terminal writes (arrays of ids, epochs, event
+-- counts): locks each row that passes it and answers its event counter moved on by its
+-- events, which the task's settlement (`finish_batch`, `suspend`) then writes. Not an
+-- UPDATE: that made a second row version per task, with its index entries and the
+-- counters' trigger over both transition tables, for a counter the settlement rewrites
+-- anyway (~20% of the server's time per task in a drain). `t.id = ANY(ids)` as well as
+-- the join: primary-key lookups even when the statistics say the table is empty (a
+-- queue table vacuumed or analyzed between two bursts). The live-state check is a
+-- CASE as in `fence`: otherwise the generic plan read ~12,000 entries of tasks_live
+-- per batch in a 20,000-task drain.
+SELECT t.id, t.epoch, t.state, t.event_seq + v.n AS event_seq
+FROM tasks t
+JOIN unnest(CAST(:ids AS TEXT[]), CAST(:epochs AS BIGINT[]), CAST(:ns AS INTEGER[]))
+    AS v(id, epoch, n) ON t.id = v.id
+WHERE t.id = ANY(CAST(:ids AS TEXT[])) AND t.epoch = v.epoch
   AND CASE WHEN t.state IN ('running', 'cancel_requested')
            THEN t.lease_until > clock_timestamp() END
-RETURNING t.id, t.epoch, t.state, t.event_seq;
+FOR UPDATE OF t;
 
 -- name: insert_event
 -- One event, numbered by the task's counter.
@@ -226,31 +232,34 @@ WHERE id = :id AND epoch = :epoch
 RETURNING state;
 
 -- name: finish
--- The terminal (or retry) write, conditional on the state read under the fence.
+-- The terminal (or retry) write, conditional on the state read under the fence; the
+-- event counter a locking fence (fence_many) answered, if one did.
 UPDATE tasks SET state = :state, result = CAST(:result AS TEXT),
     error_code = CAST(:error_code AS TEXT), error_message = CAST(:error_message AS TEXT),
     cancel_reason = COALESCE(cancel_reason, CAST(:reason AS TEXT)),
     finished_at = CASE WHEN :terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
     run_after = clock_timestamp() + make_interval(secs => :delay), delayed = (:delay > 0),
-    wait_kind = NULL
+    wait_kind = NULL, event_seq = COALESCE(CAST(:event_seq AS BIGINT), event_seq)
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: finish_batch
 -- `finish` for a group commit in one statement (arrays, one element per task): one
--- plan and one pass instead of a statement per task; `t.id = ANY(id)` as in fence_many.
+-- plan and one pass instead of a statement per task; `t.id = ANY(id)` as in fence_many,
+-- whose answer the event counter takes.
 UPDATE tasks t SET state = v.state, result = v.result, error_code = v.error_code,
     error_message = v.error_message, cancel_reason = COALESCE(t.cancel_reason, v.reason),
     finished_at = CASE WHEN v.terminal THEN clock_timestamp() END,
     lease_owner = NULL, lease_until = NULL,
     run_after = clock_timestamp() + make_interval(secs => v.delay), delayed = (v.delay > 0),
-    wait_kind = NULL
+    wait_kind = NULL, event_seq = COALESCE(v.event_seq, t.event_seq)
 FROM unnest(CAST(:id AS TEXT[]), CAST(:epoch AS BIGINT[]), CAST(:from_state AS TEXT[]),
             CAST(:state AS TEXT[]), CAST(:result AS TEXT[]), CAST(:error_code AS TEXT[]),
             CAST(:error_message AS TEXT[]), CAST(:reason AS TEXT[]),
-            CAST(:terminal AS BOOLEAN[]), CAST(:delay AS DOUBLE PRECISION[]))
+            CAST(:terminal AS BOOLEAN[]), CAST(:delay AS DOUBLE PRECISION[]),
+            CAST(:event_seq AS BIGINT[]))
      AS v(id, epoch, from_state, state, result, error_code, error_message, reason,
-          terminal, delay)
+          terminal, delay, event_seq)
 WHERE t.id = ANY(CAST(:id AS TEXT[])) AND t.id = v.id AND t.epoch = v.epoch
   AND t.state = v.from_state;
 
@@ -602,7 +611,8 @@ UPDATE tasks SET
                  THEN 'queued' ELSE 'waiting' END,
     attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = false,
     run_after = clock_timestamp(), wait_kind = :kind, wait_name = CAST(:name AS TEXT),
-    wait_ids = CAST(:ids AS TEXT), wake_at = CAST(:wake_at AS TIMESTAMPTZ)
+    wait_ids = CAST(:ids AS TEXT), wake_at = CAST(:wake_at AS TIMESTAMPTZ),
+    event_seq = COALESCE(CAST(:event_seq AS BIGINT), event_seq)
 WHERE id = :id AND epoch = :epoch AND state = 'running' AND NOT request_bound
 RETURNING state;
 

@@ -221,17 +221,21 @@ WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
 RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 
 -- name: fence_many
--- The fencing check for a batch of claims at once (:batch is a JSON array of
--- [id, epoch, event count]). NOT INDEXED (the primary key is the table itself):
--- otherwise the planner may walk every live task by an index and scan the batch for
--- each; this way each batch entry is one key lookup.
-UPDATE tasks NOT INDEXED SET event_seq = tasks.event_seq + v.n
+-- The fencing check for a batch of terminal writes (:batch is a JSON array of
+-- [id, epoch, event count]): each task that passes it, with its event counter moved on
+-- by its events, which its settlement (`finish`, `suspend`) then writes — a read, not
+-- a second write of every row (the write transaction holds the database until its
+-- commit, so nothing changes the rows in between). The batch first (CROSS JOIN fixes
+-- the order) and NOT INDEXED (the primary key is the table itself): otherwise the
+-- planner may walk every live task by an index and scan the batch for each; this way
+-- each batch entry is one key lookup.
+SELECT tasks.id, tasks.epoch, tasks.state, tasks.event_seq + v.n AS event_seq
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
              json_extract(value, '$[2]') AS n
       FROM json_each(:batch)) AS v
-WHERE tasks.id = v.id AND tasks.epoch = v.epoch
-  AND tasks.state IN ('running', 'cancel_requested') AND tasks.lease_until > julianday('now')
-RETURNING tasks.id, tasks.epoch, tasks.state, tasks.event_seq;
+CROSS JOIN tasks NOT INDEXED ON tasks.id = v.id
+WHERE tasks.epoch = v.epoch
+  AND tasks.state IN ('running', 'cancel_requested') AND tasks.lease_until > julianday('now');
 
 -- name: insert_event
 -- One event, numbered by the task's counter.
@@ -246,12 +250,14 @@ WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
 RETURNING state;
 
 -- name: finish
--- The terminal (or retry) write, conditional on the state read under the fence.
+-- The terminal (or retry) write, conditional on the state read under the fence; the
+-- event counter a reading fence (fence_many) answered, if one did.
 UPDATE tasks SET state = :state, result = :result, error_code = :error_code,
     error_message = :error_message, cancel_reason = COALESCE(cancel_reason, :reason),
     finished_at = CASE WHEN :terminal THEN julianday('now') END,
     lease_owner = NULL, lease_until = NULL,
-    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0), wait_kind = NULL
+    run_after = julianday('now') + :delay / 86400.0, delayed = (:delay > 0), wait_kind = NULL,
+    event_seq = COALESCE(:event_seq, event_seq)
 WHERE id = :id AND epoch = :epoch AND state = :from_state;
 
 -- name: release
@@ -535,7 +541,7 @@ UPDATE tasks SET
                  THEN 'queued' ELSE 'waiting' END,
     attempt = attempt - 1, lease_owner = NULL, lease_until = NULL, delayed = 0,
     run_after = julianday('now'), wait_kind = :kind, wait_name = :name, wait_ids = :ids,
-    wake_at = :wake_at
+    wake_at = :wake_at, event_seq = COALESCE(:event_seq, event_seq)
 WHERE id = :id AND epoch = :epoch AND state = 'running' AND NOT request_bound
 RETURNING state;
 
