@@ -508,7 +508,7 @@ def test_a_batch_fence_on_sqlite_is_a_key_lookup_per_claim(tmp_path):
             conn.execute("ANALYZE")
         with s._read() as conn:
             sql = "EXPLAIN QUERY PLAN " + s.q["fence_many"]
-            rows = conn.execute(sql, {"batch": '[["a", 1, 1]]'}).fetchall()
+            rows = conn.execute(sql, s._rows_param([{"id": "a", "epoch": 1, "n": 1}])).fetchall()
         plan = [r["detail"] for r in rows]
         assert plan[0].startswith("SCAN json_each") and plan[1:] == [
             "SEARCH tasks USING PRIMARY KEY (id=?)"

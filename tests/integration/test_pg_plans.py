@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from tasklab.store.shared.core import SqlCore
 from tests.conftest import make_app
 
 N = 3000
@@ -32,6 +33,11 @@ def _explained(conn: psycopg.Connection[Any]) -> list[str]:
         conn.execute(f"SET auto_explain.{setting}")
     conn.execute("SET client_min_messages = log")
     return plans
+
+
+def _batch(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch statement's parameters, as the store passes them."""
+    return SqlCore._rows_param(rows)
 
 
 def _reads(conn: psycopg.Connection[Any]) -> int:
@@ -103,11 +109,7 @@ def test_claim_fence_finish_plans_hold_when_statistics_say_empty(pg_url):
             conn,
             plans,
             q["fence_many"],
-            {
-                "ids": [r["id"] for r in rows],
-                "epochs": [r["epoch"] for r in rows],
-                "ns": [1] * len(rows),
-            },
+            _batch([{"id": r["id"], "epoch": r["epoch"], "n": 1} for r in rows]),
         )
         assert len(fenced) == len(rows)
         seqs = {r["id"]: r["event_seq"] for r in fenced}
@@ -116,19 +118,24 @@ def test_claim_fence_finish_plans_hold_when_statistics_say_empty(pg_url):
             conn,
             plans,
             q["finish_batch"],
-            {
-                "id": [r["id"] for r in rows],
-                "epoch": [r["epoch"] for r in rows],
-                "from_state": ["running"] * n,
-                "state": ["succeeded"] * n,
-                "result": ["1"] * n,
-                "error_code": [None] * n,
-                "error_message": [None] * n,
-                "reason": [None] * n,
-                "terminal": [True] * n,
-                "delay": [0.0] * n,
-                "event_seq": [seqs[r["id"]] for r in rows],
-            },
+            _batch(
+                [
+                    {
+                        "id": r["id"],
+                        "epoch": r["epoch"],
+                        "from_state": "running",
+                        "state": "succeeded",
+                        "result": "1",
+                        "error_code": None,
+                        "error_message": None,
+                        "reason": None,
+                        "terminal": True,
+                        "delay": 0.0,
+                        "event_seq": seqs[r["id"]],
+                    }
+                    for r in rows
+                ]
+            ),
         )
         assert finished == n
         conn.rollback()
@@ -157,11 +164,7 @@ def test_statements_on_one_running_task_look_its_id_up(pg_url):
         conn.execute("SET plan_cache_mode = force_generic_plan")
         plans = _explained(conn)
         one = {"id": claimed[0]["id"], "epoch": claimed[0]["epoch"]}
-        batch = {
-            "ids": [r["id"] for r in claimed],
-            "epochs": [r["epoch"] for r in claimed],
-            "ns": [0] * len(claimed),
-        }
+        batch = _batch([{"id": r["id"], "epoch": r["epoch"], "n": 0} for r in claimed])
         statements = [
             ("fence_many", batch, BATCH),
             ("fence", {**one, "n": 0}, 1),
@@ -200,7 +203,7 @@ def test_plans_made_while_tasks_is_empty_walk_indexes_in_the_next_burst(pg_url):
     q = app.store.q
     fake = {"id": "0" * 24, "epoch": 1}
     statements = [
-        ("fence_many", {"ids": [fake["id"]], "epochs": [1], "ns": [0]}),
+        ("fence_many", _batch([{**fake, "n": 0}])),
         ("fence", {**fake, "n": 0}),
         ("heartbeat", {**fake, "lease": 600.0}),
         ("states_of", {"ids": [fake["id"]]}),
@@ -221,7 +224,7 @@ def test_plans_made_while_tasks_is_empty_walk_indexes_in_the_next_burst(pg_url):
             before = _reads(conn)
             claimed = conn.execute(q["claim_next"], statements[-1][1], prepare=True).fetchall()
             ids = [r["id"] for r in claimed]
-            params = {"ids": ids, "epochs": [r["epoch"] for r in claimed], "ns": [0] * BATCH}
+            params = _batch([{"id": r["id"], "epoch": r["epoch"], "n": 0} for r in claimed])
             assert len(conn.execute(q["fence_many"], params, prepare=True).fetchall()) == BATCH
             one = {"id": ids[0], "epoch": claimed[0]["epoch"]}
             assert conn.execute(q["fence"], {**one, "n": 0}, prepare=True).fetchall()

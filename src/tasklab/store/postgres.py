@@ -189,22 +189,15 @@ class PostgresStore(SqlStore):
             self._callers_seen.add(seen)
         return CallersConnection(lambda: connection.cursor(row_factory=dict_row))
 
-    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        return _columns(batch)
-
     def _lock_table(self, conn: Any, query: str) -> None:
         conn.execute(self.q[query])
 
     def _time_param(self, at: datetime) -> datetime:
         return at
 
-    def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
-        ids, epochs, ns = (list(column) for column in zip(*batch, strict=True))
-        return {"ids": ids, "epochs": epochs, "ns": ns}
-
     def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
-        # One statement over arrays (a column each): a pipelined executemany saves the
-        # round trips but the server still plans and runs a statement per row.
+        # One statement over all the rows (`_rows_param`): a pipelined executemany saves
+        # the round trips but the server still plans and runs a statement per row.
         conn.execute(self.q[query + "_batch"], self._rows_param(params))
 
     def _dt(self, value: Any) -> datetime | None:
@@ -383,8 +376,3 @@ class _Presence:
             with contextlib.suppress(psycopg.Error):
                 self._conn.execute(self._unlock)
             self._conn.close()
-
-
-def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Rows of statement parameters as one array per parameter (for `unnest`)."""
-    return {name: [row[name] for row in rows] for name in rows[0]}

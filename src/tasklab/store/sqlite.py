@@ -208,17 +208,11 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
         ms = round((float(value) - _UNIX_EPOCH_JD) * 86400000.0)
         return _EPOCH + timedelta(milliseconds=ms)
 
-    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"rows": json.dumps(batch)}
-
     def _lock_table(self, conn: Any, query: str) -> None:
         pass  # BEGIN IMMEDIATE: writers take turns already
 
     def _time_param(self, at: datetime) -> float:
         return at.timestamp() / 86400.0 + _UNIX_EPOCH_JD
-
-    def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
-        return {"batch": json.dumps(batch)}
 
     def _list_param(self, values: list[str]) -> Any:
         return json.dumps(values)

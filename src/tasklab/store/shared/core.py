@@ -244,20 +244,24 @@ class SqlCore(ABC):
         """Take the table lock the named statement describes, where concurrent writers
         need one (PostgreSQL); SQLite's writers take turns already."""
 
-    @abstractmethod
-    def _rows_param(self, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        """Many rows of one statement's parameters, as the dialect's batch queries take
-        them (PostgreSQL: an array per column; SQLite: one JSON array)."""
-
-    @abstractmethod
-    def _fence_many_params(self, batch: list[tuple[str, int, int]]) -> dict[str, Any]:
-        """(task id, epoch, event count) per claim, as the `fence_many` query takes them."""
+    @staticmethod
+    def _rows_param(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        """Many rows of one statement's parameters as every batch query takes them: one
+        JSON array of objects, `:rows` (SQLite `json_each`, PostgreSQL
+        `json_to_recordset`; times as ISO 8601 with their offset)."""
+        return {"rows": json.dumps(batch, separators=(",", ":"), default=_iso_time)}
 
     def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
         conn.executemany(self.q[query], params)
 
     def bump(self, name: str, n: int = 1) -> None:
         self._write_steps([("bump_counter", {"name": name, "n": n})])
+
+
+def _iso_time(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not a batch parameter")
 
 
 def _wait_of(row: Row, dt: Any) -> dict[str, Any]:

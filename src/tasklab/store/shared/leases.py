@@ -156,8 +156,8 @@ class SqlLeases(SqlClaims):
         events: list[dict[str, Any]] = []
         settles: list[dict[str, Any]] = []
         outbox: list[dict[str, Any]] = []
-        fence = [(c.task_id, c.epoch, len(evs)) for c, _, evs in items]
-        rows = self._all(conn, "fence_many", **self._fence_many_params(fence))
+        fence = [{"id": c.task_id, "epoch": c.epoch, "n": len(evs)} for c, _, evs in items]
+        rows = self._all(conn, "fence_many", **self._rows_param(fence))
         fenced = {(r["id"], r["epoch"]): r for r in rows}
         for claim, outcome, evs in items:
             row = fenced.get((claim.task_id, claim.epoch))

@@ -221,8 +221,8 @@ WHERE id = :id AND epoch = :epoch AND state IN ('running', 'cancel_requested')
 RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 
 -- name: fence_many
--- The fencing check for a batch of terminal writes (:batch is a JSON array of
--- [id, epoch, event count]): each task that passes it, with its event counter moved on
+-- The fencing check for a batch of terminal writes (:rows, a JSON array of
+-- {id, epoch, n: its event count}): each task that passes it, with its event counter moved on
 -- by its events, which its settlement (`finish`, `suspend`) then writes — a read, not
 -- a second write of every row (the write transaction holds the database until its
 -- commit, so nothing changes the rows in between). The batch first (CROSS JOIN fixes
@@ -230,9 +230,8 @@ RETURNING state, attempt, max_attempts, retry_safe, event_seq;
 -- planner may walk every live task by an index and scan the batch for each; this way
 -- each batch entry is one key lookup.
 SELECT tasks.id, tasks.epoch, tasks.state, tasks.event_seq + v.n AS event_seq
-FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS epoch,
-             json_extract(value, '$[2]') AS n
-      FROM json_each(:batch)) AS v
+FROM (SELECT value ->> 'id' AS id, value ->> 'epoch' AS epoch, value ->> 'n' AS n
+      FROM json_each(:rows)) AS v
 CROSS JOIN tasks NOT INDEXED ON tasks.id = v.id
 WHERE tasks.epoch = v.epoch
   AND tasks.state IN ('running', 'cancel_requested') AND tasks.lease_until > julianday('now');
