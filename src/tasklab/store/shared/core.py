@@ -249,7 +249,7 @@ class SqlCore(ABC):
         """Many rows of one statement's parameters as every batch query takes them: one
         JSON array of objects, `:rows` (SQLite `json_each`, PostgreSQL
         `json_to_recordset`; times as ISO 8601 with their offset)."""
-        return {"rows": json.dumps(batch, separators=(",", ":"), default=_iso_time)}
+        return {"rows": _ROWS.encode(batch)}
 
     def _executemany(self, conn: Any, query: str, params: list[dict[str, Any]]) -> None:
         conn.executemany(self.q[query], params)
@@ -262,6 +262,9 @@ def _iso_time(value: object) -> str:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not a batch parameter")
+
+
+_ROWS = json.JSONEncoder(separators=(",", ":"), default=_iso_time)
 
 
 def _wait_of(row: Row, dt: Any) -> dict[str, Any]:

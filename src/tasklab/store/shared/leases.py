@@ -146,8 +146,6 @@ class SqlLeases(SqlClaims):
         the commit, so the settlements cannot miss), then the events, the settlements
         (which write the event counters the fence answered) and the outbox rows as
         `executemany`s."""
-        if len(items) == 1:
-            return self._finish_one(conn, *items[0])
         # a suspend takes its task's lock before the fence takes the row (a signal
         # takes them in that order too)
         for task_id in sorted(c.task_id for c, o, _ in items if o.kind == "suspend"):
@@ -183,21 +181,6 @@ class SqlLeases(SqlClaims):
             if params:
                 self._executemany(conn, query, params)
         return results
-
-    def _finish_one(
-        self, conn: Any, claim: Claim, outcome: Outcome, events: list[PendingEvent]
-    ) -> list[State | LeaseLost]:
-        if outcome.kind == "suspend":
-            self._x(conn, "task_lock", task_id=claim.task_id)
-        row = self._fence(conn, claim, events)
-        if row is None:
-            return [lease_lost(claim)]
-        current = State(row["state"])
-        settled = settle(current, outcome)
-        if settled.state is State.WAITING:
-            return [self._suspend(conn, claim, current, settled.wait or {})]
-        self._apply(conn, claim.task_id, claim.epoch, current, settled, "finish")
-        return [settled.state]
 
     def _suspend(
         self,
