@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from tasklab.app import TaskApp
+from tasklab.bench.machine import BusyMeter
 from tasklab.bench.tasks import app as bench_tasks
 from tasklab.config import Settings
 from tasklab.redact import redact
@@ -39,6 +40,8 @@ class QueueReport:
     enqueue_batch_per_s: float = 0.0
     threads_submit_per_s: float = 0.0  # 32 threads calling app.submit at once
     drain_per_s: dict[str, float] = field(default_factory=dict)
+    # the machine's CPU busy during each drain (bench/machine.py), None if unknown
+    busy_share: dict[str, float | None] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     prune_per_s: float = 0.0
 
@@ -141,7 +144,13 @@ def stop_worker(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-def default_worker_drain(app: TaskApp, n: int, durability: str, workers: int = 1) -> float:
+@dataclass(frozen=True)
+class Drained:
+    per_s: float
+    busy_share: float | None  # of the machine's CPU time, while it drained
+
+
+def default_worker_drain(app: TaskApp, n: int, durability: str, workers: int = 1) -> Drained:
     """n tasks drained by `workers` processes each started exactly as `tasklab worker`
     starts (no options but where the tasks are; `--durability` only when the bench's
     is not the default)."""
@@ -151,11 +160,12 @@ def default_worker_drain(app: TaskApp, n: int, durability: str, workers: int = 1
         # every worker is ready and idle first, then all n arrive in one commit: no
         # worker starts ahead of another
         ids = app.submit_many("bench.noop", [{}] * n)
-        _wait_drained(app, ids)
+        with BusyMeter() as busy:
+            _wait_drained(app, ids)
     finally:
         for proc in procs:
             stop_worker(proc)
-    return store_rate(app, ids)
+    return Drained(store_rate(app, ids), busy.share)
 
 
 def _wait_drained(app: TaskApp, ids: list[str]) -> None:
@@ -177,13 +187,13 @@ def store_rate(app: TaskApp, ids: list[str]) -> float:
 
 def drain_rate(
     app: TaskApp, n: int, concurrency: int, batch: int = 1000, pin_cpu: int | None = None
-) -> float:
+) -> Drained:
     ids: list[str] = []
     for start in range(0, n, batch):
         ids += app.submit_many("bench.noop", [{}] * min(batch, n - start))
-    with app.worker(concurrency=concurrency, pin_cpu=pin_cpu):
+    with app.worker(concurrency=concurrency, pin_cpu=pin_cpu), BusyMeter() as busy:
         _wait_drained(app, ids)
-    return store_rate(app, ids)
+    return Drained(store_rate(app, ids), busy.share)
 
 
 def all_done(app: TaskApp, ids: list[str]) -> bool:
@@ -241,10 +251,15 @@ def run(
     report.threads_submit_per_s = round(threads_submit_rate(app, n))
     # drain the 2n tasks just enqueued first, so that every drain starts from empty
     _drain_all(app)
-    report.drain_per_s[DEFAULT_WORKER] = round(default_worker_drain(app, n, durability))
-    report.drain_per_s[TWO_WORKERS] = round(default_worker_drain(app, n, durability, 2))
+    drains = {
+        DEFAULT_WORKER: default_worker_drain(app, n, durability),
+        TWO_WORKERS: default_worker_drain(app, n, durability, 2),
+    }
     for c in concurrencies:
-        report.drain_per_s[str(c)] = round(drain_rate(app, n, c, pin_cpu=pin_cpu))
+        drains[str(c)] = drain_rate(app, n, c, pin_cpu=pin_cpu)
+    for label, drained in drains.items():
+        report.drain_per_s[label] = round(drained.per_s)
+        report.busy_share[label] = drained.busy_share
     report.latency_ms = latency(app, latency_samples, pin_cpu)
     report.prune_per_s = round(prune_rate(app))
     app.close()

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
+from tasklab.bench.queue import DEFAULT_WORKER, TWO_WORKERS
 from tasklab.redact import redact
 
 
@@ -34,12 +35,33 @@ def _queue_figures(r: Any) -> list[tuple[str, str]]:
         ("enqueue submit_many", f"{r.enqueue_batch_per_s:,}/s"),
         ("enqueue, 32 threads at once", f"{r.threads_submit_per_s:,}/s"),
         *(
-            (f"drain, {c}" if not c.isdigit() else f"drain, concurrency {c}", f"{rate:,}/s")
+            (
+                f"drain, {c}" if not c.isdigit() else f"drain, concurrency {c}",
+                f"{rate:,}/s{_busy(r.busy_share.get(c))}",
+            )
             for c, rate in r.drain_per_s.items()
         ),
+        *_scaling(r),
         ("latency p50/p95/p99", f"{lat['p50']} / {lat['p95']} / {lat['p99']} ms"),
         ("prune (terminal tasks)", f"{r.prune_per_s:,}/s"),
     ]
+
+
+def _busy(share: float | None) -> str:
+    return "" if share is None else f" (CPU {share:.0%} busy)"
+
+
+def _scaling(r: Any) -> list[tuple[str, str]]:
+    """Two default workers against one, and the most a second could add at one's CPU
+    per task: the idle part of the machine during one worker's drain (machine.py)."""
+    one, two = r.drain_per_s.get(DEFAULT_WORKER), r.drain_per_s.get(TWO_WORKERS)
+    if not one or two is None or r.db.startswith("sqlite"):
+        return []  # SQLite writes one transaction at a time: its bound is not the CPU
+    ratio = f"{two / one:.2f}×"
+    busy = r.busy_share.get(DEFAULT_WORKER)
+    if busy:
+        ratio += f" (the idle CPU allows {min(2.0, 1 / busy):.2f}×)"
+    return [("two workers ÷ one", ratio)]
 
 
 def backlog_table(r: Any) -> Table:
