@@ -48,12 +48,16 @@ def _report(db: str, one: float, two: float, busy: float | None) -> SimpleNamesp
     )
 
 
-def test_the_scaling_line_states_the_ratio_and_what_the_idle_cpu_allows():
+def test_the_scaling_line_states_the_ratio_and_what_one_worker_left_idle():
     report = _report("postgresql://x/bench", 4000, 4600, 0.8)
-    assert _scaling(report) == [("two workers ÷ one", "1.15× (the idle CPU allows 1.25×)")]
+    assert _scaling(report) == [
+        ("two workers ÷ one", "1.15× (one worker left 20% of the CPU idle: 1.25× at its cost)")
+    ]
     # a machine one worker leaves mostly idle caps the pair at twice one, not more
     lean = _report("postgresql://x/bench", 2000, 3900, 0.25)
-    assert _scaling(lean) == [("two workers ÷ one", "1.95× (the idle CPU allows 2.00×)")]
+    assert _scaling(lean) == [
+        ("two workers ÷ one", "1.95× (one worker left 75% of the CPU idle: 2.00× at its cost)")
+    ]
     unknown = _report("postgresql://x/bench", 2000, 3000, None)
     assert _scaling(unknown) == [("two workers ÷ one", "1.50×")]
 

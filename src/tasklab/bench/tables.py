@@ -52,15 +52,18 @@ def _busy(share: float | None) -> str:
 
 
 def _scaling(r: Any) -> list[tuple[str, str]]:
-    """Two default workers against one, and the most a second could add at one's CPU
-    per task: the idle part of the machine during one worker's drain (machine.py)."""
+    """Two default workers against one, and what one worker's drain left idle: at its
+    CPU per task, the most a second could add (machine.py). Not a hard cap — the pair
+    may spend less CPU per task (fuller batches) — but a machine one worker keeps busy
+    has little left for a second."""
     one, two = r.drain_per_s.get(DEFAULT_WORKER), r.drain_per_s.get(TWO_WORKERS)
     if not one or two is None or r.db.startswith("sqlite"):
         return []  # SQLite writes one transaction at a time: its bound is not the CPU
     ratio = f"{two / one:.2f}×"
     busy = r.busy_share.get(DEFAULT_WORKER)
     if busy:
-        ratio += f" (the idle CPU allows {min(2.0, 1 / busy):.2f}×)"
+        bound = min(2.0, 1 / busy)
+        ratio += f" (one worker left {1 - busy:.0%} of the CPU idle: {bound:.2f}× at its cost)"
     return [("two workers ÷ one", ratio)]
 
 
