@@ -69,6 +69,35 @@ def test_shutdown_releases_drains_and_requests_cancellation(store_url):
     app.close()
 
 
+def test_a_claim_made_as_the_stop_begins_is_given_back_unstarted(app, monkeypatch):
+    """The claim loop can be between its check of the stop and the runner when the stop
+    begins (CI saw it once: a task submitted behind two busy slots ran after the stop
+    had said no more would): the claim goes back to queued, attempt 0, never started."""
+    import threading
+
+    w = app.worker(concurrency=1)
+    real_claim = w.store.claim
+    stoppers: list[threading.Thread] = []
+
+    def claim_then_stop(*args, **kwargs):
+        claims = real_claim(*args, **kwargs)
+        if claims and not stoppers:  # the stop begins while this claim is in hand
+            stoppers.append(threading.Thread(target=w.stop))
+            stoppers[0].start()
+            wait_for(lambda: w._stop.is_set())
+        return claims
+
+    monkeypatch.setattr(w.store, "claim", claim_then_stop)
+    tid = app.submit("t.echo", {"value": 1})
+    w.start()
+    wait_for(lambda: stoppers)
+    stoppers[0].join(timeout=10)
+    assert not stoppers[0].is_alive()
+    snap = app.query(tid)
+    assert snap.state is State.QUEUED and snap.attempt == 0
+    assert w.claimed == 0
+
+
 def test_claimed_but_unstarted_tasks_go_back_to_queued(store_url):
     """With a backlog, a worker can hold claims it has not started; shutdown releases
     them: queued again, attempt back to 0, nothing cancelled."""

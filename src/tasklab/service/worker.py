@@ -100,6 +100,9 @@ class Worker:
         self.scheduler = Scheduler(engine) if scheduler else None
         self.webhooks = list(webhooks or [])
         self._stop = threading.Event()
+        # held while a claim is handed to the runner and while the stop begins: a claim
+        # is either started before the stop (drained, then cancelled) or given back
+        self._handing_over = threading.Lock()
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
         self.retention = Retention(engine, retain) if retain is not None else None
@@ -135,7 +138,8 @@ class Worker:
     def stop(self, drain_timeout: float | None = None) -> dict[str, int]:
         """Graceful shutdown; returns what happened to the in-flight work."""
         drain = self.engine.settings.drain_timeout if drain_timeout is None else drain_timeout
-        self._stop.set()
+        with self._handing_over:
+            self._stop.set()
         if self in self.engine.finisher.refillers:
             self.engine.finisher.refillers.remove(self)
         self.store.wake()
@@ -205,16 +209,24 @@ class Worker:
         self.runner.line_up(claims)
         for claim in claims:
             try:
-                if self._stop.is_set():
-                    self.runner.leave_line(claim.task_id)  # the runner never sees it
-                    raise ShuttingDown("the worker is stopping")
-                self.runner.adopt(claim)  # a refusal takes its place out of line
+                self._hand_over(claim, self.runner.adopt)  # a refusal leaves the line
                 self.claimed += 1
             except Exception:  # not started (stopping, or the pool is gone): give it back
                 try:
                     self.store.release(claim)
                 except TasklabError:
                     pass  # the lease will expire and the reaper will requeue or fail it
+
+    def _hand_over(self, claim: Claim, start: Callable[[Claim], object]) -> None:
+        """Start a claim unless the stop has begun. A claim made while it began (the
+        claim loop between its check and the runner, or a refill committing beside a
+        last finish) would otherwise start after the stop said no more would: it raises
+        ShuttingDown, out of line, and its caller gives it back."""
+        with self._handing_over:
+            if self._stop.is_set():
+                self.runner.leave_line(claim.task_id)  # the runner never sees it
+                raise ShuttingDown("the worker is stopping")
+            start(claim)
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -307,7 +319,7 @@ class Worker:
         self.runner.line_up(claims)
         for claim in claims:
             try:
-                self.runner.submit_claim(claim)
+                self._hand_over(claim, self.runner.submit_claim)
                 self.claimed += 1
             except (QueueFull, ShuttingDown):  # its place is out of line already
                 self.store.release(claim)
@@ -316,7 +328,10 @@ class Worker:
         if free > 0 and self.tx_names:
             for task_id in self.store.queued_ids(self.tx_names, free, self.queues):
                 try:
-                    self.runner.submit(task_id)
+                    with self._handing_over:
+                        if self._stop.is_set():
+                            raise ShuttingDown("the worker is stopping")
+                        self.runner.submit(task_id)
                     got += 1
                 except (QueueFull, ShuttingDown):
                     break
