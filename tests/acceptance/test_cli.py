@@ -212,9 +212,11 @@ def test_bench_queue_reports_every_figure_for_every_run(tmp_path):
     for r in reports:
         assert r["single_commit_per_s"] > 0 and r["enqueue_one_per_s"] > 0
         assert r["enqueue_batch_per_s"] > 0 and r["drain_per_s"]["4"] > 0
-        # every drain says how busy the machine was meanwhile (Linux: /proc/stat)
+        # every drain says how busy the machine was meanwhile (Linux: /proc/stat); a
+        # drain of 100 tasks lasts a few of its 10 ms ticks, spent waiting on fsync
+        # (iowait, idle) as often as not: 0 is a reading (CI saw one), None is not
         assert set(r["busy_share"]) == set(r["drain_per_s"])
-        assert all(0 < share <= 1 for share in r["busy_share"].values())
+        assert all(0 <= share <= 1 for share in r["busy_share"].values())
         assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p99"]
         assert r["prune_per_s"] > 0
     assert counts(db) == dict.fromkeys(counts(db), 0)  # each run prunes what it made

@@ -32,7 +32,10 @@ def cpu_times(stat: Path = _STAT) -> tuple[int, int] | None:
 
 class BusyMeter:
     """`with BusyMeter() as m: ...`; then `m.share`: the part of the machine's CPU time
-    (every core) spent busy meanwhile, by any process — 0 to 1, None if unknown."""
+    (every core) spent busy meanwhile, by any process — 0 to 1, None if unknown. The
+    kernel counts in ticks (10 ms at the usual USER_HZ of 100), charged to whatever a
+    core is doing at each: a run of a few ticks reads coarsely, even 0 for a run that
+    mostly waited on fsync (iowait is idle). The bench's drains last seconds."""
 
     def __init__(self, stat: Path = _STAT) -> None:
         self._stat = stat
