@@ -88,7 +88,14 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
         self._closed = threading.Event()
         self._gate = ClosingGate()
         self._write_lock = _process_write_lock(self.path)  # resolved once, not per write
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            # not a database, a directory we may not create, a newer schema: the
+            # caller gets the error and no store, so nothing of it may stay open
+            self._doorbell.close()
+            self._close_connections(self._all_conns)
+            raise
 
     # ---- connections ---------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -102,9 +109,13 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
-        conn.execute("PRAGMA foreign_keys=ON")
+        try:  # the file is first read here: a file that is not a database fails here
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
         with self._pool_lock:
             self._all_conns.append(conn)
         return conn
@@ -278,9 +289,10 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
         bell = self._doorbell.listen()
         # without a doorbell (not Linux), the data_version check is the only wake-up
         interval = self._watch_interval if bell is not None else 0.001
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn: sqlite3.Connection | None = None
         trusted = trusted_uids(self.path)
         try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             last = conn.execute("PRAGMA data_version").fetchone()[0]
             self._watching.set()
             next_check = time.monotonic() + interval
@@ -304,7 +316,8 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
             return  # the store was closed under us
         finally:
             self._watching.set()  # never leave a waiter waiting for a watcher that died
-            conn.close()
+            if conn is not None:
+                conn.close()
             self._doorbell.unlisten(bell)
 
     def maintain(self) -> None:
@@ -331,16 +344,18 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
                 idle.append(self._pool.get_nowait())
             except queue.Empty:
                 break
+        self._close_connections(self._all_conns if drained else idle)
+        if self._scratch is not None and drained:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def _close_connections(self, closing: list[sqlite3.Connection]) -> None:
         with self._pool_lock:
-            closing = self._all_conns if drained else idle
-            for conn in closing:
+            for conn in list(closing):
                 try:
                     conn.close()
                 except sqlite3.Error:
                     pass
             self._all_conns = [c for c in self._all_conns if c not in closing]
-        if self._scratch is not None and drained:
-            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _statements(script: str) -> list[str]:
