@@ -326,6 +326,8 @@ def test_the_task_page_shows_waits_steps_signals_and_children(served, context):
     )
     assert "approve" in page.inner_text("#wait-now")
     page.wait_for_function("document.querySelector('#output').textContent.startsWith('Draft:')")
+    # the output streams (SSE); the journal is re-read on the page's tick, maybe later
+    page.wait_for_function("document.querySelectorAll('#journal tr[data-kind=step]').length >= 2")
     steps = page.locator("#journal tr[data-kind=step] td:nth-child(2)").all_inner_texts()
     assert steps == ["draft", "stream the draft"], steps
     page.fill("#signal-name", "approve")
