@@ -217,16 +217,18 @@ class Worker:
                 except TasklabError:
                     pass  # the lease will expire and the reaper will requeue or fail it
 
-    def _hand_over(self, claim: Claim, start: Callable[[Claim], object]) -> None:
-        """Start a claim unless the stop has begun. A claim made while it began (the
-        claim loop between its check and the runner, or a refill committing beside a
-        last finish) would otherwise start after the stop said no more would: it raises
-        ShuttingDown, out of line, and its caller gives it back."""
+    def _hand_over(self, work: Claim | str, start: Callable[[Any], object]) -> None:
+        """Start a claim (or a transactional task's id) unless the stop has begun. One
+        made while it began (the claim loop between its check and the runner, or a
+        refill committing beside a last finish) would otherwise start after the stop
+        said no more would: it raises ShuttingDown, a claim out of line, and its caller
+        gives it back (an id was never taken: it stays queued)."""
         with self._handing_over:
             if self._stop.is_set():
-                self.runner.leave_line(claim.task_id)  # the runner never sees it
+                if isinstance(work, Claim):
+                    self.runner.leave_line(work.task_id)  # the runner never sees it
                 raise ShuttingDown("the worker is stopping")
-            start(claim)
+            start(work)
 
     # ---- the loop ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -328,10 +330,7 @@ class Worker:
         if free > 0 and self.tx_names:
             for task_id in self.store.queued_ids(self.tx_names, free, self.queues):
                 try:
-                    with self._handing_over:
-                        if self._stop.is_set():
-                            raise ShuttingDown("the worker is stopping")
-                        self.runner.submit(task_id)
+                    self._hand_over(task_id, self.runner.submit)
                     got += 1
                 except (QueueFull, ShuttingDown):
                     break
