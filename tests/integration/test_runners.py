@@ -226,11 +226,13 @@ def test_async_terminal_write_past_its_deadline_leaves_the_task_recoverable(stor
     with AsyncTaskRunner(app, workers=1) as runner:
         fut = runner.submit(tid)
         wait_for(lambda: started(tmp_path))
-        app.store.faults.arm("finish", delay=1.0)  # the write hangs, then fails
+        app.store.faults.arm("finish", delay=2.5)  # the write hangs, then fails
         app.cancel(tid)
         t0 = time.monotonic()
         snap = fut.result(timeout=10)
-        assert time.monotonic() - t0 < 0.9  # bounded by the finalization deadline
+        # bounded by the finalization deadline (0.3 s), not by the write (2.5 s); the
+        # margin between the two is a loaded machine's, not the deadline's
+        assert time.monotonic() - t0 < 1.8
     assert snap.state is State.CANCEL_REQUESTED  # no fake state
     # heartbeats stopped: the lease runs out and the reaper settles it
     wait_for(lambda: app.store.expire(app.settings.backoff) == [tid], timeout=10)
