@@ -14,7 +14,7 @@ import pytest
 
 from tasklab import State
 from tasklab.errors import InvalidPayload
-from tests.conftest import make_app
+from tests.conftest import make_app, wait_for
 
 NAMES = ["t.echo"]
 
@@ -37,16 +37,23 @@ def test_a_delayed_task_is_not_claimed_before_its_time(app):
 
 
 def test_the_worker_sleeps_until_the_earliest_delayed_task(app):
+    """An idle worker with a delayed task sleeps until that task is due, not until its
+    claim loop's 1 s safety timer. Three tasks of 0.3 s, one after another, each lag
+    (created → started) read off the store's clock: never early, and at least two of
+    three well before the timer (which alone would start each at ~1 s)."""
     tid = app.submit("t.echo", {"value": 1}, delay=0.4)
     wait = app.store.seconds_until_runnable(NAMES)
     assert wait is not None and 0.2 < wait <= 0.4
-    started = time.monotonic()
+    lags = []
     with app.worker(concurrency=1, scheduler=False):
-        deadline = time.monotonic() + 5
-        while not app.query(tid).terminal and time.monotonic() < deadline:
-            time.sleep(0.01)
-    elapsed = time.monotonic() - started
-    assert app.query(tid).state is State.SUCCEEDED and 0.35 < elapsed < 1.5, elapsed
+        wait_for(lambda: app.query(tid).terminal, timeout=5)
+        for _ in range(3):
+            later = app.submit("t.echo", {"value": 2}, delay=0.3)
+            snap = wait_for(lambda t=later: (s := app.query(t)).terminal and s, timeout=5)
+            assert snap.state is State.SUCCEEDED
+            lags.append((snap.started_at - snap.created_at).total_seconds())
+    assert app.query(tid).state is State.SUCCEEDED
+    assert all(lag >= 0.29 for lag in lags) and sum(lag < 0.75 for lag in lags) >= 2, lags
 
 
 def test_priorities_then_submit_order_over_a_backlog_of_100000(store_url, capsys):
