@@ -74,9 +74,13 @@ def dapp(store_url):  # type: ignore[no-untyped-def]
 
 
 def test_a_sleeping_task_holds_no_lease_and_no_slot_and_wakes_on_time(dapp):
-    tid = dapp.submit("d.sleepy", {"seconds": 1.0, "tag": "s"})
+    # 3 s: long enough for three quick tasks to run in its slot on a loaded machine
+    # before it is due (at 1 s, a suite run slowed by a gc after every test once woke
+    # it before the check that it still waits)
+    tid = dapp.submit("d.sleepy", {"seconds": 3.0, "tag": "s"})
     with dapp.worker(concurrency=1, scheduler=False):
         wait_for(lambda: dapp.query(tid).state is State.WAITING)
+        waited_at = time.monotonic()
         snap = dapp.query(tid)
         assert snap.lease_owner is None and snap.lease_until is None
         assert snap.wait["kind"] == "sleep" and snap.attempt == 0
@@ -84,7 +88,7 @@ def test_a_sleeping_task_holds_no_lease_and_no_slot_and_wakes_on_time(dapp):
         quick = [dapp.submit("d.quick", {}) for _ in range(3)]
         wait_for(lambda: all(dapp.query(q).state is State.SUCCEEDED for q in quick), 3)
         assert dapp.query(tid).state is State.WAITING
-        due = time.monotonic() + 1.0  # (approximately: the sleep began a moment ago)
+        due = waited_at + 3.0  # (approximately: the sleep began a moment before)
         wait_for(lambda: dapp.query(tid).terminal, 5)
         woke = time.monotonic()
     snap = dapp.query(tid)
