@@ -102,7 +102,9 @@ def test_session_mode_works_wakeups_locks_and_all(pg_url):
             assert app.store._settings  # the pooler took no startup options: SET instead
             with app.store._read() as conn:
                 assert conn.execute("SHOW jit").fetchone()["jit"] == "off"
-            token = app.change_token()
+            app.change_token()  # starts the listener, whose own first wake-up may
+            time.sleep(0.1)  # come a moment after: a token from before it would be
+            token = app.change_token()  # woken by it, listening or not
             tid = app.submit("t.echo", {"value": 3})
             assert app.wait_change(token, 5.0) != token  # LISTEN through the pooler
             with app.worker(concurrency=2):
