@@ -99,6 +99,7 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
 
     # ---- connections ---------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -106,15 +107,14 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
                 check_same_thread=False,
                 timeout=self._busy_timeout,
             )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
-        conn.row_factory = sqlite3.Row
-        try:  # the file is first read here: a file that is not a database fails here
+            conn.row_factory = sqlite3.Row
+            # the file is first read here: a file that is not a database fails here
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={'FULL' if self.durability == 'full' else 'NORMAL'}")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error as exc:
-            conn.close()
+            if conn is not None:
+                conn.close()
             raise StoreError(f"cannot open SQLite database {self.path}: {exc}") from exc
         with self._pool_lock:
             self._all_conns.append(conn)
