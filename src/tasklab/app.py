@@ -278,7 +278,8 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
             items = [self.prepare(task, p, None, None, options=options) for p in payloads]
             if connection is not None:
                 return [snap.id for snap, _ in self.store.submit_on(connection, items)]
-            return [snap.id for snap, _ in self.store.submit(items)]
+            # the ids alone: no snapshot is made (a third of a batch's time in Python)
+            return [s.id for s in self.store.submissions(items)]
 
     def submit_prepared(
         self, items: builtins.list[NewTask]
