@@ -47,6 +47,7 @@ from tasklab.handles import TaskHandle
 from tasklab.monitor import Monitor
 from tasklab.operations import TaskOperations
 from tasklab.store import Store
+from tasklab.store.ids import known_id
 from tasklab.tasks import register_builtins
 from tasklab.typed import Register, register_with
 
@@ -293,10 +294,10 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         return self.store.submit_and_claim(item, self.owner, self.settings.lease)
 
     def query(self, task_id: str) -> TaskSnapshot:
-        return self.store.get(task_id)
+        return self.store.get(known_id(task_id))
 
     def events(self, task_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
-        return self.store.events(task_id, after, limit)
+        return self.store.events(known_id(task_id), after, limit)
 
     def list(
         self, state: State | str | None = None, limit: int = 100, cursor: str | None = None
@@ -348,7 +349,7 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
     def cancel(self, task_id: str, reason: CancelReason = CancelReason.USER) -> CancelOutcome:
         """queued → cancelled; running → cancel_requested (the task stops at its next
         checkpoint); terminal → `request_accepted=False`."""
-        return self.engine.cancel(task_id, reason)
+        return self.engine.cancel(known_id(task_id), reason)
 
     # ---- executing (the engine's) ------------------------------------------------------
     def run(self, task_id: str) -> TaskSnapshot:
@@ -366,7 +367,7 @@ class TaskApp(QueueControls, WaitControls, TaskOperations):
         return self.engine.claim_owner()
 
     def claim_task(self, task_id: str) -> Claim | None:
-        return self.engine.claim_task(task_id)
+        return self.engine.claim_task(known_id(task_id))
 
     def release_lost_claims(self, owner: str) -> None:
         self.engine.release_lost_claims(owner)

@@ -16,6 +16,7 @@ from tasklab.core.queueing import KEEP, Keep, check_concurrency, check_queue, pa
 from tasklab.core.registry import TaskDef
 from tasklab.core.schedules import ScheduleDef
 from tasklab.errors import InvalidPayload
+from tasklab.store.ids import known_id
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
@@ -151,17 +152,17 @@ class WaitControls:
             dumps(data)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"signal data is not JSON: {exc}") from None
-        return self.engine.store.signal(task_id, name, data)
+        return self.engine.store.signal(known_id(task_id), name, data)
 
     def signals(self, task_id: str) -> builtins.list[dict[str, JSON]]:
-        self.engine.store.get(task_id)  # TaskNotFound for an unknown id
+        self.engine.store.get(known_id(task_id))  # TaskNotFound for an unknown id
         return self.engine.store.signals(task_id)
 
     def children(self, task_id: str, limit: int = 100, cursor: str | None = None) -> Page:
         """The tasks this one spawned, newest first."""
-        return self.engine.store.children(task_id, limit, cursor)
+        return self.engine.store.children(known_id(task_id), limit, cursor)
 
     def journal(self, task_id: str) -> builtins.list[dict[str, JSON]]:
         """The task's steps, waits and effects as its journal holds them."""
-        self.engine.store.get(task_id)
+        self.engine.store.get(known_id(task_id))
         return self.engine.store.journal(task_id)

@@ -38,6 +38,7 @@ from tasklab.monitor import Monitor
 from tasklab.retrying import retried
 from tasklab.store import Store, open_store
 from tasklab.store.base import PRUNED
+from tasklab.store.ids import known_id
 from tasklab.submitter import Submitter
 
 log = logging.getLogger("tasklab.app")
@@ -164,7 +165,7 @@ class Engine:
         of every runner. A transactional task is run here and now instead, in its one
         transaction (claim, body and settlement), and answers None like a task that
         was not claimable."""
-        spec = self.registry.get(self.store.get(task_id).task)
+        spec = self.registry.get(self.store.get(known_id(task_id)).task)
         if spec.transactional:
             self.store.run_transactional(task_id, self.owner, self._transactional_body(spec))
             return None

@@ -23,6 +23,7 @@ from tasklab.core.models import JSON, Page
 from tasklab.core.states import CancelReason, State
 from tasklab.errors import IdempotencyConflict, InvalidPayload, TaskLive
 from tasklab.store.base import PRUNED
+from tasklab.store.ids import known_id
 
 if TYPE_CHECKING:
     from tasklab.engine import Engine
@@ -55,14 +56,14 @@ class TaskOperations:
         """The task's timeline: per attempt its epoch, lease owner, lease, start and
         how it ended (core/timeline.py)."""
         store = self.engine.store
-        snap = store.get(task_id)
+        snap = store.get(known_id(task_id))
         return timeline.attempts(store.timeline_events(task_id), snap)
 
     def retry(self, task_id: str, *, idempotency_key: str | None = None) -> str:
         """A new queued task made of an ended one; returns its id. `TaskLive` if it
         has not ended; with `idempotency_key`, a second call answers the first retry."""
         store = self.engine.store
-        snap = store.get(task_id)
+        snap = store.get(known_id(task_id))
         if not snap.terminal:
             raise TaskLive(f"task {task_id} is {snap.state.value}: only an ended task is retried")
         if idempotency_key is not None:

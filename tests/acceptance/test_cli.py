@@ -98,6 +98,11 @@ def test_submit_prints_the_id_and_json_shapes(db):
         (["submit", "wordfreq", "--payload", '{"path": "/etc/passwd"}'], 2, "data directory"),
         (["status", "nope"], 2, "not_found"),
         (["cancel", "nope"], 2, "not_found"),
+        # a command line that is not UTF-8 (bytes 0xff 0xfe) is not text: no task has it
+        (["status", "\udcff\udcfe"], 2, "not_found"),
+        (["cancel", "\udcff"], 2, "not_found"),
+        (["retry", "\udcff"], 2, "not_found"),
+        (["webhooks", "remove", "\udcff"], 2, "lone surrogate"),
         (["list", "--state", "weird"], 2, "unknown state"),
         (["submit", "t.echo", "--app", "no.such.module:app"], 2, "cannot import"),
         (["worker", "--pin-cpu", "4096"], 2, "CPU 4096 is not available to this process"),

@@ -52,7 +52,10 @@ def check_text(text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"a lone surrogate ({text[exc.start]!r}) at position {exc.start} is not text"
-        ) from None
+        raise ValueError(not_text(exc)) from None
     return text
+
+
+def not_text(exc: UnicodeEncodeError) -> str:
+    """What is wrong with a string that UTF-8 cannot encode."""
+    return f"a lone surrogate ({exc.object[exc.start]!r}) at position {exc.start} is not text"

@@ -8,6 +8,8 @@ import re
 import threading
 import time
 
+from tasklab.errors import InvalidPayload, TaskNotFound
+
 
 class _TaskIds:
     """Time-ordered ids (ms since the epoch, then 48 random bits) so that `ORDER BY id`
@@ -54,6 +56,16 @@ def new_event_id() -> str:
 _ID = re.compile(r"[0-9a-f]{24}")
 
 
+def known_id(task_id: str) -> str:
+    """`task_id` if it can name a task (24 hex digits, as `new_task_id` makes every
+    one); `TaskNotFound` otherwise, without a database read. A caller's string may not
+    even be text — a JSON `"\\ud800"`, a command line that is not UTF-8 — and would
+    otherwise reach the driver as its encoding error."""
+    if isinstance(task_id, str) and _ID.fullmatch(task_id):
+        return task_id
+    raise TaskNotFound(f"no task with id {task_id!r}")
+
+
 def encode_cursor(task_id: str) -> str:
     return base64.urlsafe_b64encode(task_id.encode()).decode().rstrip("=")
 
@@ -61,8 +73,6 @@ def encode_cursor(task_id: str) -> str:
 def decode_cursor(cursor: str | None) -> str | None:
     if not cursor:
         return None
-    from tasklab.errors import InvalidPayload
-
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         value = base64.b64decode(padded.encode(), altchars=b"-_", validate=True).decode()

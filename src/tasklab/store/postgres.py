@@ -24,8 +24,15 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from tasklab._types import Row
+from tasklab.core.jsontext import not_text
 from tasklab.core.models import ClaimRequest
-from tasklab.errors import ForeignConnection, SessionLost, StoreError, WorkerAlive
+from tasklab.errors import (
+    ForeignConnection,
+    InvalidPayload,
+    SessionLost,
+    StoreError,
+    WorkerAlive,
+)
 from tasklab.redact import redact
 from tasklab.store import pgsessions, queries
 from tasklab.store.caller import CallersConnection
@@ -125,6 +132,8 @@ class PostgresStore(SqlStore):
                 self._count_lost(sys._getframe(1))
                 raise SessionLost(f"PostgreSQL session lost: {exc}") from exc
             raise StoreError(f"PostgreSQL: {exc}") from exc
+        except UnicodeEncodeError as exc:  # a caller's string no column can hold
+            raise InvalidPayload(f"a string given to the store: {not_text(exc)}") from None
 
     def _count_lost(self, frame: Any) -> None:
         """The first caller outside the session plumbing names the call (only on this

@@ -26,7 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tasklab.errors import ForeignConnection, StoreError, WorkerAlive
+from tasklab.core.jsontext import not_text
+from tasklab.errors import ForeignConnection, InvalidPayload, StoreError, WorkerAlive
 from tasklab.store import queries
 from tasklab.store.caller import CallersConnection
 from tasklab.store.doorbell import Doorbell, trusted_uids, wait_ring
@@ -132,6 +133,8 @@ class SQLiteStore(StepwiseLimitedClaim, SqlStore):
             except sqlite3.Error as exc:
                 # driver errors stop here: the rest of tasklab sees only TasklabError
                 raise StoreError(f"SQLite: {exc}") from exc
+            except UnicodeEncodeError as exc:  # a caller's string no column can hold
+                raise InvalidPayload(f"a string given to the store: {not_text(exc)}") from None
             finally:
                 if conn.in_transaction:  # never hand a connection on mid-transaction
                     conn.rollback()
