@@ -6,6 +6,7 @@ stale execution fenced out of steps, waits and spawns, and the three runners."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from tasklab import State
 from tasklab.core.durable import WaitTimeout
 from tasklab.core.models import Outcome
 from tasklab.core.policy import Backoff
-from tasklab.errors import LeaseLost, TaskTerminal
+from tasklab.errors import InvalidPayload, LeaseLost, TaskTerminal
 from tests.conftest import make_app, wait_for
 
 CALLS: dict[str, int] = {}
@@ -56,6 +57,17 @@ def register(app) -> None:  # type: ignore[no-untyped-def]
         counted(f"{tag}:spawned")
         snaps = ctx.join(kids)
         return [[s["state"], s["result"]] for s in snaps]
+
+    @app.task(name="d.far")
+    def far(ctx, how: str) -> str:  # type: ignore[no-untyped-def]
+        end = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))
+        if how == "until":
+            ctx.sleep_until(end)
+        elif how == "for":
+            ctx.sleep_for(1e12)
+        else:
+            ctx.wait_signal("never", timeout=timedelta.max)
+        return "woke"
 
     @app.task(name="d.holder")
     def holder(ctx, tag: str) -> str:  # type: ignore[no-untyped-def]
@@ -258,3 +270,26 @@ def test_waiting_tasks_cost_no_polling(dapp):
         dapp.signal(ids[0], "approve", 1)
         wait_for(lambda: dapp.query(ids[0]).terminal, 5)
     assert dapp.counts()["waiting"] == 999
+
+
+def test_no_time_beyond_what_a_read_can_load_is_stored(dapp):
+    """A time past the year 9999 in UTC — `datetime.max`, or a time near it with a
+    negative offset — was stored as given, and then every read of its task (the
+    snapshot, the list the dashboard shows) failed with OverflowError: a run_at at
+    submit, a durable sleep's end. Now the submit is refused and the sleep fails its
+    task with the reason; every task still reads."""
+    end = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))
+    for at in (end, datetime.max.replace(tzinfo=UTC)):
+        with pytest.raises(InvalidPayload, match="within ten years"):
+            dapp.submit("d.quick", {}, run_at=at)
+    ids = [dapp.submit("d.far", {"how": how}) for how in ("until", "for", "timeout")]
+    assert dapp.run_pending() == 3
+    reasons = ("sleep_until must be within", "sleep_for must", "timeout must")
+    fresh = make_app(dapp.db)  # read from a new connection
+    try:
+        for task_id, reason in zip(ids, reasons, strict=True):
+            snap = fresh.query(task_id)
+            assert snap.state is State.FAILED and reason in snap.error.message, snap.error
+        assert len(fresh.list().items) == 3
+    finally:
+        fresh.close()

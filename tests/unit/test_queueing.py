@@ -219,3 +219,23 @@ def test_catch_up_all_is_bounded_per_pass():
 def test_run_at_keeps_its_instant_whatever_the_offset():
     east = datetime(2030, 1, 1, 12, tzinfo=timezone(timedelta(hours=9)))
     assert SubmitOptions.of(run_at=east).run_at == datetime(2030, 1, 1, 3, tzinfo=UTC)
+
+
+NEAR_THE_END = [
+    datetime.max.replace(tzinfo=UTC),
+    datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14))),  # past 9999 in UTC
+    datetime.min.replace(tzinfo=timezone(timedelta(hours=14))),  # before year 1 in UTC
+    datetime.now(UTC) + timedelta(days=3660),
+    datetime.now(UTC) - timedelta(days=3660),
+]
+
+
+@pytest.mark.parametrize("at", NEAR_THE_END, ids=range(len(NEAR_THE_END)))
+def test_a_run_at_beyond_ten_years_either_way_is_refused(at):
+    with pytest.raises(InvalidPayload, match="within ten years"):
+        SubmitOptions.of(run_at=at)
+
+
+def test_a_run_at_within_ten_years_is_kept():
+    for at in (datetime.now(UTC) + timedelta(days=3640), datetime.now(UTC) - timedelta(days=3640)):
+        assert SubmitOptions.of(run_at=at).run_at == at

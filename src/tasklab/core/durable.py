@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from tasklab.core.jsontext import dumps
 from tasklab.core.models import JSON, EffectRecord, iso
+from tasklab.core.queueing import check_when, parse_duration
 from tasklab.errors import InvalidPayload
 
 
@@ -143,15 +144,14 @@ class DurableMethods:
         execution ends now and the task runs again after `at`."""
         if not isinstance(at, datetime) or at.tzinfo is None:
             raise InvalidPayload("sleep_until takes a timezone-aware datetime")
+        check_when(at, "sleep_until")
         key, record = self._next_wait("sleep")
         due = _time_of(record, "due") or at
         self._wait_or_return(key, due)
 
     def sleep_for(self, delta: timedelta | float) -> None:
         """Sleep durably for `delta` from the first time this call was reached."""
-        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
-        if seconds < 0:
-            raise InvalidPayload("sleep_for takes a duration that is not negative")
+        seconds = parse_duration(delta, "sleep_for")
         key, record = self._next_wait("sleep")
         due = _time_of(record, "due") or self._now() + timedelta(seconds=seconds)
         self._wait_or_return(key, due)
@@ -208,8 +208,7 @@ class DurableMethods:
             return _time_of(record, "due")
         if timeout is None:
             return None
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-        return self._now() + timedelta(seconds=max(0.0, seconds))
+        return self._now() + timedelta(seconds=parse_duration(timeout, "timeout"))
 
     def _now(self) -> datetime:
         now = datetime.fromisoformat(str(self._port.durable("now")).replace("Z", "+00:00"))

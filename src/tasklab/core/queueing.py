@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tasklab.core.jsontext import check_text
@@ -87,6 +87,16 @@ def parse_time(value: object, what: str = "run_at") -> datetime:
     return value
 
 
+def check_when(at: datetime, what: str) -> datetime:
+    """A time a task is to run or wake at: within ten years of now, either way (by this
+    process's clock: a bound on mistakes, not a schedule). Python's times end with the
+    year 9999, and a stored time beyond that — `datetime.max`, or a time near it with a
+    negative offset — would be a row that no read could load again."""
+    if abs((at - datetime.now(UTC)).total_seconds()) > MAX_DELAY:
+        raise InvalidPayload(f"{what} must be within ten years of now, got {at.isoformat()}")
+    return at
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """At most `count` claims per `period` seconds: a token bucket of `count` tokens
@@ -146,7 +156,7 @@ class SubmitOptions:
         if run_at is not None and delay is not None:
             raise InvalidPayload("give run_at or delay, not both")
         return SubmitOptions(
-            run_at=parse_time(run_at) if run_at is not None else None,
+            run_at=check_when(parse_time(run_at), "run_at") if run_at is not None else None,
             delay=parse_duration(delay) if delay is not None else None,
             queue=check_queue(queue) if queue is not None else None,
             priority=check_priority(priority) if priority is not None else None,
