@@ -79,6 +79,27 @@ def boom(ctx: Any, message: str = "boom") -> None:
     raise RuntimeError(message)
 
 
+class Unreadable(Exception):
+    def __str__(self) -> str:
+        raise ZeroDivisionError("an exception whose message itself fails")
+
+
+def odd_error(how: str) -> BaseException:
+    """An exception that is awkward to describe: its `__str__` raises, or its message
+    is a megabyte."""
+    return Unreadable() if how == "unreadable" else RuntimeError("m" * 1_000_000)
+
+
+@app.task(name="t.odd_error")
+def raise_odd_error(ctx: Any, how: str) -> None:
+    raise odd_error(how)
+
+
+@app.task(name="t.async_odd_error")
+async def async_raise_odd_error(ctx: Any, how: str) -> None:
+    raise odd_error(how)
+
+
 swallowed: dict[str, int] = {}
 
 

@@ -124,6 +124,27 @@ def test_shutdown_cancels_unstarted_and_waits_for_running(app, runner_cls, tmp_p
     assert app.query(first).state is State.SUCCEEDED
 
 
+@pytest.mark.parametrize("how", ["unreadable", "huge"])
+def test_an_awkward_exception_ends_its_task_failed_on_every_runner(app, runner_cls, how):
+    """An exception whose `__str__` raises used to escape the runner and leave its task
+    `running` until the lease ran out (then `outcome_unknown`, though the task had
+    plainly raised); a megabyte message was stored whole, in every snapshot of it."""
+    task = "t.async_odd_error" if runner_cls is AsyncTaskRunner else "t.odd_error"
+    task_id = app.submit(task, {"how": how})
+    with runner_cls(app, workers=1) as runner:
+        runner.submit(task_id).result(timeout=30)
+    fresh = make_app(app.db)  # read from a new connection
+    snap = fresh.query(task_id)
+    fresh.close()
+    assert snap.state is State.FAILED and snap.error.code == "task_error"
+    if how == "unreadable":
+        assert snap.error.message == "Unreadable (its message could not be read: ZeroDivisionError)"
+    else:
+        assert snap.error.message.startswith("RuntimeError: mmm")
+        assert snap.error.message.endswith("… [983,630 more characters not kept]")
+        assert len(snap.error.message) < 17_000
+
+
 # ---- process runner --------------------------------------------------------------------
 
 

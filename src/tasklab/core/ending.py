@@ -26,7 +26,7 @@ from typing import Any
 from tasklab.core.durable import StepUnknown, Suspend
 from tasklab.core.jsontext import dumps
 from tasklab.core.models import JSON, Outcome
-from tasklab.core.policy import Backoff, error_outcome, storable
+from tasklab.core.policy import Backoff, describe, error_outcome, storable
 from tasklab.core.states import CancelReason, ErrorCode
 from tasklab.errors import Cancelled, LeaseLost
 
@@ -64,7 +64,7 @@ class Ending:
         if isinstance(exc, Exception):
             return Ending(
                 "error",
-                message=storable(f"{type(exc).__name__}: {exc}"),
+                message=describe(exc),
                 mro=tuple(qualified(c) for c in type(exc).__mro__),
             )
         raise exc  # not the task's ending: the runner's own shutdown, an exit

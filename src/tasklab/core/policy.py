@@ -57,12 +57,32 @@ def expiry_outcome(task: Expired, backoff: Backoff) -> Outcome:
     return Outcome.failed(ErrorCode.OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_MESSAGE)
 
 
+MAX_MESSAGE = 16_384  # characters of an error message kept
+
+
 def storable(message: str) -> str:
-    """An error message as text a database takes (lone surrogates escaped)."""
+    """An error message as text a database takes (lone surrogates escaped), at most
+    `MAX_MESSAGE` characters and a note of how many more there were: a message is in
+    every snapshot of its task, so in every page of a list (an exception carrying a
+    whole response body would otherwise make each page that large)."""
+    if len(message) > MAX_MESSAGE:
+        more = len(message) - MAX_MESSAGE
+        message = f"{message[:MAX_MESSAGE]}… [{more:,} more characters not kept]"
     try:
         return check_text(message)
     except ValueError:
         return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` of an exception a task raised, whatever its `__str__` does (one
+    that raises, or returns something that is not a string, still ends its task)."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception as err:  # the task's own code, in its __str__
+        return storable(f"{name} (its message could not be read: {type(err).__name__})")
+    return storable(f"{name}: {text}")
 
 
 def error_outcome(
