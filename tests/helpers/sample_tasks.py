@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +85,31 @@ class Unreadable(Exception):
         raise ZeroDivisionError("an exception whose message itself fails")
 
 
-def odd_error(how: str) -> BaseException:
-    """An exception that is awkward to describe: its `__str__` raises, or its message
-    is a megabyte."""
-    return Unreadable() if how == "unreadable" else RuntimeError("m" * 1_000_000)
+class NotAnError(BaseException):
+    """A BaseException of the task's own (not Exception, not tasklab's)."""
 
 
-@app.task(name="t.odd_error")
-def raise_odd_error(ctx: Any, how: str) -> None:
-    raise odd_error(how)
+def awkward(how: str) -> BaseException:
+    """An exception awkward to describe or to end a task with: its `__str__` raises,
+    its message is a megabyte, an exit, a Ctrl-C, a BaseException of its own."""
+    made: dict[str, Callable[[], BaseException]] = {
+        "unreadable": Unreadable,
+        "huge": lambda: RuntimeError("m" * 1_000_000),
+        "exit": lambda: SystemExit(3),
+        "interrupt": KeyboardInterrupt,
+        "other": lambda: NotAnError("other"),
+    }
+    return made[how]()
 
 
-@app.task(name="t.async_odd_error")
-async def async_raise_odd_error(ctx: Any, how: str) -> None:
-    raise odd_error(how)
+@app.task(name="t.awkward")
+def raise_awkward(ctx: Any, how: str) -> None:
+    raise awkward(how)
+
+
+@app.task(name="t.async_awkward")
+async def async_raise_awkward(ctx: Any, how: str) -> None:
+    raise awkward(how)
 
 
 swallowed: dict[str, int] = {}

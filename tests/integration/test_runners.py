@@ -129,7 +129,7 @@ def test_an_awkward_exception_ends_its_task_failed_on_every_runner(app, runner_c
     """An exception whose `__str__` raises used to escape the runner and leave its task
     `running` until the lease ran out (then `outcome_unknown`, though the task had
     plainly raised); a megabyte message was stored whole, in every snapshot of it."""
-    task = "t.async_odd_error" if runner_cls is AsyncTaskRunner else "t.odd_error"
+    task = "t.async_awkward" if runner_cls is AsyncTaskRunner else "t.awkward"
     task_id = app.submit(task, {"how": how})
     with runner_cls(app, workers=1) as runner:
         runner.submit(task_id).result(timeout=30)
@@ -143,6 +143,42 @@ def test_an_awkward_exception_ends_its_task_failed_on_every_runner(app, runner_c
         assert snap.error.message.startswith("RuntimeError: mmm")
         assert snap.error.message.endswith("… [983,630 more characters not kept]")
         assert len(snap.error.message) < 17_000
+
+
+@pytest.mark.parametrize("how", ["exit", "interrupt", "other"])
+def test_a_task_raising_an_exit_ends_alone_and_the_runner_goes_on(app, runner_cls, how):
+    """`sys.exit()`, `KeyboardInterrupt` or a BaseException of the task's own, raised in
+    a task body. On a runner's threads and loop only the task can raise them: its
+    task ends `failed/task_error` at once and the next task runs (before, the async
+    runner's loop died with every task on it, and the thread runner left the task
+    `running` for its lease). A process runner's child runs the body in its main
+    thread, where an exit or Ctrl-C (which reaches the whole process group) stops the
+    child: the parent cannot tell the two apart, so the task is `outcome_unknown` at once."""
+    is_async = runner_cls is AsyncTaskRunner
+    task_id = app.submit("t.async_awkward" if is_async else "t.awkward", {"how": how})
+    after = app.submit("t.async_echo" if is_async else "t.echo", {"value": "after"})
+    with runner_cls(app, workers=1) as runner:
+        runner.submit(task_id).result(timeout=30)
+        assert runner.submit(after).result(timeout=30).state is State.SUCCEEDED
+    fresh = make_app(app.db)  # read from a new connection
+    snap = fresh.query(task_id)
+    fresh.close()
+    assert snap.state is State.FAILED
+    if runner_cls is ProcessTaskRunner and how != "other":
+        assert snap.error.code == "outcome_unknown"
+    else:
+        name = {"exit": "SystemExit: 3", "interrupt": "KeyboardInterrupt"}.get(how)
+        assert snap.error.code == "task_error"
+        assert snap.error.message == (name or "NotAnError: other")
+
+
+def test_an_exit_in_a_task_run_in_the_main_thread_stops_the_caller(app):
+    """`app.run` in the main thread: an exit (or Ctrl-C) is the caller's process
+    stopping, not the task ending — raised again, the task is its lease's."""
+    task_id = app.submit("t.awkward", {"how": "exit"})
+    with pytest.raises(SystemExit):
+        app.run(task_id)
+    assert app.query(task_id).state is State.RUNNING
 
 
 # ---- process runner --------------------------------------------------------------------

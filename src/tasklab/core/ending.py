@@ -10,8 +10,14 @@ parent map it exactly as an in-process runner does. The mapping is pure:
 - `LeaseLost` → nothing to write (None): another attempt owns the task now;
 - any other `Exception` → `retry` or `fail` by the task's `retry_on`, its attempts left
   and whether a stop was requested (policy.error_outcome);
-- any other `BaseException` (SystemExit, KeyboardInterrupt, a foreign
-  `CancelledError`) is not an ending of the task's: it is raised again.
+- `KeyboardInterrupt` and `SystemExit` in the main thread (`app.run`, a process
+  runner's child) stop the process that runs the task — Ctrl-C, an exit — and are not
+  the task's ending: they are raised again, and the task is its lease's. Anywhere else
+  (a runner's slot threads, its event loop's thread) only the task's own code can
+  raise them, so they end it like any exception, as does any other `BaseException`
+  of its own: before this, one `sys.exit()` in a task stopped the async runner's loop
+  and every task on it, and on the thread runner left its task `running` until the
+  lease ran out.
 
 `retry_on` matches by the qualified names of the exception's classes (its MRO), the
 one rule a process child and its parent can both apply.
@@ -19,6 +25,7 @@ one rule a process child and its parent can both apply.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +68,13 @@ class Ending:
             return Ending("step_unknown", message=storable(str(exc)))
         if isinstance(exc, LeaseLost):
             return Ending("lost")
-        if isinstance(exc, Exception):
+        if not _stops_the_process(exc):
             return Ending(
                 "error",
                 message=describe(exc),
                 mro=tuple(qualified(c) for c in type(exc).__mro__),
             )
-        raise exc  # not the task's ending: the runner's own shutdown, an exit
+        raise exc  # not the task's ending: Ctrl-C or an exit of the running process
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -86,6 +93,13 @@ class Ending:
             str(msg.get("message", "")),
             tuple(msg.get("mro", ())),
         )
+
+
+def _stops_the_process(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, KeyboardInterrupt | SystemExit)
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 def call_ending(fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> Ending:

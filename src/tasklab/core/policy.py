@@ -82,7 +82,7 @@ def describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception as err:  # the task's own code, in its __str__
         return storable(f"{name} (its message could not be read: {type(err).__name__})")
-    return storable(f"{name}: {text}")
+    return storable(f"{name}: {text}" if text else name)
 
 
 def error_outcome(
