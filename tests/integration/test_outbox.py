@@ -4,7 +4,9 @@ event id, one delivery record per URL."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -213,3 +215,74 @@ def test_a_delivery_recorded_after_its_url_was_removed_still_names_its_task(app,
     assert d.deliver_once() == 1
     d.stop()
     assert [body["task"]["id"] for _, body in receiver.posts] == [tid]
+
+
+class EndlessReceiver:
+    """Answers every POST with 200 and then a body that never ends: trickled (a byte a
+    chunk, every 0.2 s, each read well inside any timeout) or flooded."""
+
+    def __init__(self, flood: bool) -> None:
+        self.flood = flood
+        self.posts = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(v for k, v in _headers(head) if k == b"content-length"))
+            while len(body) < length:
+                body += conn.recv(65536)
+            self.posts += 1
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b"x" * 65536 if self.flood else b"x"
+            try:
+                while not self.closed.is_set():
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    if not self.flood:
+                        time.sleep(0.2)
+            except OSError:
+                return  # the dispatcher hung up: what it should do
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+
+
+def _headers(head: bytes) -> list[tuple[bytes, bytes]]:
+    lines = head.split(b"\r\n")[1:]
+    return [(k.strip().lower(), v.strip()) for k, _, v in (line.partition(b":") for line in lines)]
+
+
+@pytest.mark.parametrize("flood", [False, True], ids=["trickled", "flooded"])
+def test_a_receiver_with_an_endless_answer_holds_up_no_delivery(app, receiver, flood):
+    """The status is the answer. The dispatcher used to read a receiver's whole body
+    first: one answering 200 and then an endless body held it — and every URL after
+    that one — for ever (a trickle never trips a read timeout), and a flood grew its
+    memory without bound."""
+    endless = EndlessReceiver(flood)
+    try:
+        app.run(app.submit("t.echo", {"value": 1}))
+        d = Dispatcher(app, [endless.url, receiver.url], timeout=1.0)
+        started = time.monotonic()
+        assert d.deliver_once() == 2
+        assert time.monotonic() - started < 5.0
+        assert endless.posts == 1 and len(receiver.logical()) == 1
+        assert d.deliver_once() == 0  # both recorded as delivered
+        d.stop()
+        assert app.store.counters()["notifications_delivered"] == 2
+    finally:
+        endless.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from tasklab.engine import EngineLike
 
 log = logging.getLogger("tasklab.outbox")
+BODY_READ = 65_536  # bytes of a receiver's answer read to keep its connection
 
 
 class _DispatchStore(Outbox, TaskReads, Signals, Protocol):
@@ -63,6 +65,7 @@ class Dispatcher:
         self.urls = [check_webhook_url(u) for u in urls]
         self.batch = batch
         self.backoff = backoff or Backoff(base=1.0, cap=300.0)
+        self.timeout = timeout
         self._client = httpx.Client(timeout=timeout)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -113,19 +116,35 @@ class Dispatcher:
                 self._deliver(url, item)
         return attempted
 
+    def _skim(self, resp: httpx.Response) -> None:
+        """The status is the answer; the body is read only so that its connection may
+        serve the next delivery — up to `BODY_READ` bytes within the timeout, then the
+        connection is closed instead. Before, a receiver answering with an endless body
+        (or trickling one) held the dispatcher, and every URL after it, for ever."""
+        deadline, read = time.monotonic() + self.timeout, 0
+        try:
+            for chunk in resp.iter_raw():
+                read += len(chunk)
+                if read > BODY_READ or time.monotonic() > deadline:
+                    return
+        except httpx.HTTPError:
+            return  # the status has come: what follows it changes nothing
+
     def _deliver(self, url: str, item: dict[str, Any]) -> None:
         event_id = str(item["event_id"])
         snapshot = self.store.get(str(item["task_id"]))
         body = json.dumps({"event_id": event_id, "task": snapshot.to_json()})
         error: str | None = None
         try:
-            resp = self._client.post(
+            with self._client.stream(
+                "POST",
                 url,
                 content=body,
                 headers={"Content-Type": "application/json", "Tasklab-Event-Id": event_id},
-            )
-            if not 200 <= resp.status_code < 300:
-                error = f"HTTP {resp.status_code}"
+            ) as resp:
+                if not 200 <= resp.status_code < 300:
+                    error = f"HTTP {resp.status_code}"
+                self._skim(resp)
         except Exception as exc:  # any failure of one delivery is that delivery's
             error = f"{type(exc).__name__}: {redact(str(exc))}"
         attempts = int(item.get("attempts") or 0) + 1
