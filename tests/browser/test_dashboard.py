@@ -59,8 +59,21 @@ def served(tmp_path):  # type: ignore[no-untyped-def]
     app.close()
 
 
+# Playwright evaluates the tests' string predicates (`wait_for_function`) in the page,
+# which the console's Content-Security-Policy forbids (no eval): the tests of behaviour
+# bypass it, and `strict_context` — what a browser does with the console — enforces it.
+BYPASS_CSP = {"bypass_csp": True}
+
+
 @pytest.fixture
 def context(browser):  # type: ignore[no-untyped-def]
+    ctx = browser.new_context(viewport={"width": 1100, "height": 800}, **BYPASS_CSP)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def strict_context(browser):  # type: ignore[no-untyped-def]
     ctx = browser.new_context(viewport={"width": 1100, "height": 800})
     yield ctx
     ctx.close()
@@ -226,7 +239,9 @@ def test_list_shows_counts_and_filters_on_a_narrow_window(served, browser):
     for i in range(3):
         app.run(app.submit("t.echo", {"value": i}))
     app.submit("t.hold", {"name": "never-released"})
-    ctx = browser.new_context(viewport={"width": 380, "height": 800}, color_scheme="dark")
+    ctx = browser.new_context(
+        viewport={"width": 380, "height": 800}, color_scheme="dark", **BYPASS_CSP
+    )
     page = ctx.new_page()
     page.goto(server.url + "/")
     page.wait_for_selector("#tasks tbody tr")
@@ -244,7 +259,7 @@ def test_list_shows_counts_and_filters_on_a_narrow_window(served, browser):
 def test_token_login_from_the_page(tmp_path, browser):
     app = make_app(f"sqlite:///{tmp_path / 'auth.db'}")
     with ServiceThread(app, token="s3cret") as server:
-        ctx = browser.new_context()
+        ctx = browser.new_context(**BYPASS_CSP)
         page = ctx.new_page()
         page.goto(server.url + "/")
         page.wait_for_selector("#login:not([hidden])")
@@ -462,3 +477,67 @@ def test_the_task_page_timeline_and_retry(served, context):
     new_id = page.url.rsplit("/", 1)[-1]
     assert new_id != failed and app.query(new_id).retry_of == failed
     assert app.query(failed).state is State.FAILED  # the ended one stays as it ended
+
+
+def test_another_site_cannot_frame_the_console(served, strict_context):
+    """The console's buttons act (cancel, retry, bulk actions): a page of another
+    origin framing it could borrow an operator's clicks, and a console without a token
+    has no cookie to withhold. Its pages say `frame-ancestors 'self'`."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    _, server = served
+    framing = (
+        f'<!doctype html><iframe id="f" src="{server.url}/" width="800" height="600"></iframe>'
+    )
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = framing.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Other)  # another port: another origin
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        page = strict_context.new_page()
+        page.goto(f"http://127.0.0.1:{other.server_port}/")
+        page.wait_for_selector("#f")
+        time.sleep(1.5)  # time for the frame to load, were it allowed to
+        frame = page.frame_locator("#f")
+        assert frame.locator("#f-text").count() == 0
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_every_page_runs_within_its_content_security_policy(served, strict_context):
+    app, server = served
+    tid = app.submit("t.echo", {"value": 1})
+    app.run(tid)
+    refused: list[str] = []
+    page = strict_context.new_page()
+    page.on(
+        "console",
+        lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    checks = [
+        ("/", "#tasks tbody tr"),
+        (f"/ui/tasks/{tid}", "#state"),
+        ("/ui/queues", "main"),
+        ("/ui/schedules", "main"),
+        ("/ui/workers", "main"),
+    ]
+    for path, selector in checks:
+        resp = page.goto(server.url + path)
+        assert (
+            resp is not None and "frame-ancestors 'self'" in resp.headers["content-security-policy"]
+        )
+        page.wait_for_selector(selector)
+    assert refused == []

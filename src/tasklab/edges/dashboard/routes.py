@@ -16,6 +16,21 @@ if TYPE_CHECKING:
     from tasklab.edges.http.state import ServerState
 
 ASSETS = {"app.js": "text/javascript", "console.js": "text/javascript", "style.css": "text/css"}
+# The console's actions (cancel, retry, bulk actions, pausing queues) are clicks: no
+# page of another site may frame it to borrow them (a console without a token has no
+# cookie to withhold), and only its own scripts run — the data it shows is put in as
+# text, never as markup, and this keeps it so should that slip. The pages' inline
+# `style` attributes are the one exception.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'self'; "
+        "base-uri 'self'; form-action 'self'; object-src 'none'"
+    ),
+    "X-Frame-Options": "SAMEORIGIN",  # what browsers without frame-ancestors read
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def _read(name: str) -> str:
@@ -58,7 +73,7 @@ def _page(name: str, request: Request) -> HTMLResponse:
     ):
         doc = doc.replace(key, value, 1)
     base = f'<base href="{html.escape(root)}/">'
-    return HTMLResponse(doc.replace("<head>", "<head>\n" + base, 1))
+    return HTMLResponse(doc.replace("<head>", "<head>\n" + base, 1), headers=PAGE_HEADERS)
 
 
 def mount_dashboard(api: FastAPI, state: ServerState, guards: list[Any] | None = None) -> None:
@@ -90,4 +105,5 @@ def mount_dashboard(api: FastAPI, state: ServerState, guards: list[Any] | None =
     async def asset(name: str) -> Response:
         if name not in ASSETS:
             raise HTTPError(404, "not_found", f"no asset {name!r}")
-        return Response(_read(name), media_type=ASSETS[name], headers={"Cache-Control": "no-cache"})
+        headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+        return Response(_read(name), media_type=ASSETS[name], headers=headers)
