@@ -6,6 +6,7 @@ exactly one notification."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from hypothesis import HealthCheck, settings
@@ -171,7 +172,7 @@ class StoreMachine(RuleBasedStateMachine):
 def test_random_operation_sequences_keep_the_invariants(store_url):
     StoreMachine.store_url = store_url
     StoreMachine.TestCase.settings = settings(
-        max_examples=15,
+        max_examples=int(os.environ.get("TASKLAB_PROPERTY_EXAMPLES", "15")),
         stateful_step_count=25,
         deadline=None,
         suppress_health_check=list(HealthCheck),

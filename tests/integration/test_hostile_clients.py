@@ -187,14 +187,14 @@ def test_a_bad_webhook_url_is_refused_at_start_and_one_failing_delivery_stops_no
         for t in ids:
             app.run(t)
         d = Dispatcher(app, [broken.url, good.url])
-        real_post = d._client.post
+        real_stream = d._client.stream
 
-        def post(url, **kw):  # type: ignore[no-untyped-def]
+        def stream(method, url, **kw):  # type: ignore[no-untyped-def]
             if url == broken.url:
                 raise RuntimeError("not an httpx error")
-            return real_post(url, **kw)
+            return real_stream(method, url, **kw)
 
-        d._client.post = post  # type: ignore[method-assign]
+        d._client.stream = stream  # type: ignore[method-assign]
         d.start()
         try:
             wait_for(lambda: len(good.logical()) == 3)

@@ -345,3 +345,31 @@ def test_new_submissions_answer_503_while_the_server_shuts_down(app):
             r = client.post(path, json={"task": "t.echo", "payload": {"value": 1}})
             assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down"
         assert sum(app.counts().values()) == 0
+
+
+@pytest.mark.parametrize("taken", ["http", "jsonl"])
+def test_a_port_taken_fails_the_start_and_leaves_nothing_running(app, taken):
+    """A listener is bound before anything starts, and a start that fails undoes what
+    it began. Before, with the HTTP port taken, the embedded worker's claim loop and
+    the scheduler went on running beside the error and the server's executor presence
+    stayed held (exclusive recovery refused: WorkerAlive)."""
+    import asyncio
+    import socket
+
+    from tasklab.edges.serve import ServeOptions, Service
+
+    held = socket.create_server(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    before = {t.name for t in threading.enumerate()}
+    opts = ServeOptions(
+        port=port if taken == "http" else 0,
+        jsonl_port=port if taken == "jsonl" else 0,
+        concurrency=2,
+    )
+    try:
+        with pytest.raises(OSError, match=f"bind on address \\('127.0.0.1', {port}\\)"):
+            asyncio.run(Service(app, opts).start())
+    finally:
+        held.close()
+    wait_for(lambda: {t.name for t in threading.enumerate()} <= before, timeout=5)
+    assert app.recover_running() == []  # WorkerAlive while a presence is left behind

@@ -10,6 +10,7 @@ deadline; the worker shuts down by its own rule (release, drain, cancel). Exit 0
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
@@ -146,38 +147,67 @@ class Service:
             log.warning("%s", note)
 
     async def start(self) -> Service:
+        """Listen, then start the work. A port taken or an address not this machine's
+        fails first, before anything has started; whatever fails later undoes what had
+        started (before, the embedded worker went on running beside the error, and
+        logged that its store was closed under it)."""
         app, opts, state = self.app, self.opts, self.state
-        state.hub = ChangeHub(app, asyncio.get_running_loop())
-        # The server runs request-bound tasks itself: it is an executor for its whole
-        # life (exclusive recovery must refuse while it lives), with or without a worker.
-        self._presence = app.executor_presence()
-        await state.db(self._presence.__enter__)
-        api = RequestGuard(asgi_app(state), opts.allowed_hosts, opts.allowed_origins)
-        self.worker = None
-        if opts.embed_worker:
-            self.worker = await state.db(
-                lambda: app.worker(
-                    runner=opts.runner,
-                    concurrency=opts.concurrency,
-                    webhooks=opts.webhooks,
-                    pin_cpu=opts.pin_cpu,
-                ).start()
-            )
-        # retention runs here, not in the embedded worker: also with --no-worker; the
-        # schedules run in the embedded worker, or here without one
-        self.retention = Retention(app, opts.retain).start() if opts.retain is not None else None
-        self.scheduler = await state.db(Scheduler(app).start) if self.worker is None else None
-        self.jsonl = await JsonLinesServer(
-            app,
-            state.db,
-            host=opts.host,
-            port=opts.jsonl_port,
-            token=opts.token,
-            on_cancelled=self._count_cancelled,
-            submits=state.submits,
-            max_connections=opts.jsonl_max_connections,
-            budget=state.budget,
-        ).start()
+        sock = self._http_socket()
+        async with contextlib.AsyncExitStack() as undo:
+            undo.callback(sock.close)
+            self.jsonl = await JsonLinesServer(
+                app,
+                state.db,
+                host=opts.host,
+                port=opts.jsonl_port,
+                token=opts.token,
+                on_cancelled=self._count_cancelled,
+                submits=state.submits,
+                max_connections=opts.jsonl_max_connections,
+                budget=state.budget,
+            ).start()
+            undo.push_async_callback(self.jsonl.close, 0)
+            state.hub = ChangeHub(app, asyncio.get_running_loop())
+            undo.callback(state.hub.close)
+            # The server runs request-bound tasks itself: it is an executor for its
+            # whole life (exclusive recovery must refuse while it lives), with or
+            # without a worker.
+            self._presence = app.executor_presence()
+            await state.db(self._presence.__enter__)
+            undo.push_async_callback(state.db, self._presence.__exit__, None, None, None)
+            self.worker = None
+            if opts.embed_worker:
+                self.worker = await state.db(
+                    lambda: app.worker(
+                        runner=opts.runner,
+                        concurrency=opts.concurrency,
+                        webhooks=opts.webhooks,
+                        pin_cpu=opts.pin_cpu,
+                    ).start()
+                )
+                undo.push_async_callback(state.db, self.worker.stop)
+            # retention runs here, not in the embedded worker: also with --no-worker;
+            # the schedules run in the embedded worker, or here without one
+            self.retention = None
+            if opts.retain is not None:
+                self.retention = Retention(app, opts.retain).start()
+                undo.push_async_callback(state.db, self.retention.stop)
+            self.scheduler = None
+            if self.worker is None:
+                self.scheduler = await state.db(Scheduler(app).start)
+                undo.push_async_callback(state.db, self.scheduler.stop)
+            self._serve_http(sock)
+            undo.callback(self.serving.cancel)
+            while not self.server.started and not self.serving.done():  # noqa: ASYNC110 - uvicorn has only a flag
+                await asyncio.sleep(0.01)
+            if self.serving.done():
+                self.serving.result()  # raises what stopped it
+            undo.pop_all()  # started: `stop` undoes it from here on
+        self.http_url = f"http://{opts.host}:{sock.getsockname()[1]}"
+        return self
+
+    def _http_socket(self) -> socket.socket:
+        opts = self.opts
         # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so, and
         # without it every response pays Nagle + delayed ACK (~40 ms) on keep-alive.
         sock = socket.socket(
@@ -185,9 +215,23 @@ class Service:
             socket.SOCK_STREAM,
             socket.IPPROTO_TCP,
         )
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((opts.host, opts.port))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.bind((opts.host, opts.port))
+        except OSError as exc:
+            sock.close()
+            where = (opts.host, opts.port)  # said as asyncio says it for the JSON-lines port
+            raise OSError(exc.errno, f"error while attempting to bind on address {where!r}: "
+                          f"{(exc.strerror or str(exc)).lower()}") from None  # fmt: skip
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _serve_http(self, sock: socket.socket) -> None:
+        opts = self.opts
+        api = RequestGuard(asgi_app(self.state), opts.allowed_hosts, opts.allowed_origins)
         config = uvicorn.Config(
             api,
             log_level="warning",
@@ -198,10 +242,6 @@ class Service:
         )
         self.server = _Server(config, self.stop_requested)
         self.serving = asyncio.create_task(self.server.serve(sockets=[sock]))
-        while not self.server.started and not self.serving.done():  # noqa: ASYNC110 - uvicorn has only a flag
-            await asyncio.sleep(0.01)
-        self.http_url = f"http://{opts.host}:{sock.getsockname()[1]}"
-        return self
 
     def _count_cancelled(self, n: int) -> None:
         if self.state.metrics is not None:
