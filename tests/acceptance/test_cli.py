@@ -303,3 +303,29 @@ def test_list_never_truncates_an_id_in_an_80_column_terminal(db):
     assert max(len(line) for line in listed.splitlines()) <= 80, listed
     for tid in ids:
         assert tid in listed, listed  # whole, on one line: a user copies it from here
+
+
+def test_watch_over_http_says_plainly_what_it_cannot_reach(db, tmp_path):
+    """A server never reached is a wrong URL: one line at once (it was a traceback,
+    after a minute of retries); a server that refuses (401 without the token) says so
+    with its message (a traceback too)."""
+    import socket
+
+    from tests.conftest import make_app
+    from tests.helpers.servers import ServiceThread
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once it is closed
+    gone = run("watch", "0" * 24, "--url", f"http://127.0.0.1:{closed}")
+    assert gone.returncode == 1 and "Traceback" not in gone.stderr
+    assert "cannot follow" in gone.stderr and len(gone.stderr.strip().splitlines()) == 1
+    app = make_app(f"sqlite:///{tmp_path / 'served.db'}")
+    try:
+        with ServiceThread(app, token="s3cret", embed_worker=False) as server:
+            tid = app.submit("t.echo", {"value": 1})
+            refused = run("watch", tid, "--url", server.url)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr
+        assert "answered 401" in refused.stderr, refused.stderr
+    finally:
+        app.close()

@@ -91,16 +91,19 @@ def watch_http(
         headers["Authorization"] = f"Bearer {token}"
     with _View(console, as_json) as view:
         view.last_seq = after
-        failures = 0
+        failures, reached = 0, False
         while True:
             try:
                 final = _follow(base, task_id, view, headers)
+                reached = True
                 if final is not None:
                     break
-            except (httpx.TransportError, httpx.RemoteProtocolError):
+            except (httpx.TransportError, httpx.RemoteProtocolError) as exc:
+                # a server never reached is a wrong URL: said at once; one that was
+                # reached and dropped is restarting: reconnected, for a minute or so
                 failures += 1
-                if failures > 30:
-                    raise
+                if not reached or failures > 30:
+                    raise ConnectionError(f"cannot follow {task_id} at {base}: {exc}") from None
             time.sleep(min(2.0, 0.1 * failures))
     _summary(console, final, as_json)
     return dict(final)
@@ -121,13 +124,22 @@ def _follow(base: str, task_id: str, view: _View, headers: dict[str, str]) -> An
             from tasklab.errors import TaskNotFound
 
             raise TaskNotFound(f"no task with id {task_id!r}")
-        resp.raise_for_status()
+        if resp.status_code != 200:  # 401 without the token, 503 while it shuts down…
+            resp.read()
+            raise ConnectionRefusedError(f"{base} answered {resp.status_code}: {_message(resp)}")
         for etype, data in sse_events(resp.iter_lines()):
             doc = json.loads(data)
             if etype == "end":
                 return doc
             view.show(doc)
     return None
+
+
+def _message(resp: Any) -> str:
+    try:
+        return str(resp.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return resp.text[:200] or "(no message)"
 
 
 def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
