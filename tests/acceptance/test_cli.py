@@ -306,8 +306,8 @@ def test_list_never_truncates_an_id_in_an_80_column_terminal(db):
 
 
 def test_watch_over_http_says_plainly_what_it_cannot_reach(db, tmp_path):
-    """A server never reached is a wrong URL: one line at once (it was a traceback,
-    after a minute of retries); a server that refuses (401 without the token) says so
+    """A server never reached: one line after a few seconds of retries (it was a
+    traceback, after a minute of them); a server that refuses (401 without the token) says so
     with its message (a traceback too)."""
     import socket
 

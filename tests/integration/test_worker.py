@@ -122,7 +122,8 @@ def test_thread_that_never_checkpoints_is_left_to_its_lease(store_url):
     app = make_app(store_url, lease=1.0, drain_timeout=0.1, shutdown_grace=0.1)
     tid = app.submit("t.busy", {"seconds": 3.0})
     w = app.worker(concurrency=1).start()
-    wait_for(lambda: app.query(tid).state is State.RUNNING)
+    # its thread has it (claimed is not started: a stop before that gives it back)
+    wait_for(lambda: any(f.running() for f, _ in w.runner.in_flight()))
     report = w.stop()
     assert report["left_running"] == 1
     assert app.query(tid).state is State.CANCEL_REQUESTED

@@ -20,6 +20,7 @@ class _View:
     def __init__(self, console: Console, as_json: bool) -> None:
         self.console = console
         self.as_json = as_json
+        self.reached = False  # a server answered once (watching over HTTP)
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -91,18 +92,18 @@ def watch_http(
         headers["Authorization"] = f"Bearer {token}"
     with _View(console, as_json) as view:
         view.last_seq = after
-        failures, reached = 0, False
+        failures = 0
         while True:
             try:
                 final = _follow(base, task_id, view, headers)
-                reached = True
                 if final is not None:
                     break
             except (httpx.TransportError, httpx.RemoteProtocolError) as exc:
-                # a server never reached is a wrong URL: said at once; one that was
-                # reached and dropped is restarting: reconnected, for a minute or so
+                # one that was reached and dropped is restarting: reconnected for a
+                # minute or so; one never reached may be restarting too, or be a wrong
+                # URL: tried for about 8 s, then said plainly
                 failures += 1
-                if not reached or failures > 30:
+                if failures > (30 if view.reached else 12):
                     raise ConnectionError(f"cannot follow {task_id} at {base}: {exc}") from None
             time.sleep(min(2.0, 0.1 * failures))
     _summary(console, final, as_json)
@@ -127,6 +128,7 @@ def _follow(base: str, task_id: str, view: _View, headers: dict[str, str]) -> An
         if resp.status_code != 200:  # 401 without the token, 503 while it shuts down…
             resp.read()
             raise ConnectionRefusedError(f"{base} answered {resp.status_code}: {_message(resp)}")
+        view.reached = True
         for etype, data in sse_events(resp.iter_lines()):
             doc = json.loads(data)
             if etype == "end":
