@@ -313,10 +313,15 @@ def test_the_queues_page_shows_depth_limits_pause_and_schedules(served, context)
     # the last hour's charts: the three claims of mail, drawn from what the claims stored
     chart = page.locator("#charts [data-chart=mail]")
     chart.wait_for()
-    assert "3 claims" in chart.inner_text()
+    # at least three: on a loaded machine a claim ahead may be given back and claimed
+    # again, and the chart counts every claim
+    import re
+
+    shown = re.search(r"(\d+) claims", chart.inner_text())
+    assert shown is not None and int(shown.group(1)) >= 3, chart.inner_text()
     assert chart.locator("svg[aria-label='claims/s'] rect.bar").count() == 60
     titles = chart.locator("svg[aria-label='claims/s'] title").all_text_contents()
-    assert any(": 3 claims" in t for t in titles), titles
+    assert any(f": {shown.group(1)} claims" in t for t in titles), titles
     page.screenshot(path=str(ROOT / "docs" / "queues.png"), full_page=True)
     # the schedules page: its expression and next tick
     page.click("nav >> text=Schedules")
