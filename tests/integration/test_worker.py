@@ -82,8 +82,9 @@ def test_a_claim_made_as_the_stop_begins_is_given_back_unstarted(app, monkeypatc
     def claim_then_stop(*args, **kwargs):
         claims = real_claim(*args, **kwargs)
         if claims and not stoppers:  # the stop begins while this claim is in hand
-            stoppers.append(threading.Thread(target=w.stop))
-            stoppers[0].start()
+            stopper = threading.Thread(target=w.stop)
+            stopper.start()  # started before the test's main thread can see it to join
+            stoppers.append(stopper)
             wait_for(lambda: w._stop.is_set())
         return claims
 
