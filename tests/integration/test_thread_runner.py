@@ -114,3 +114,26 @@ runner.submit(app.submit("t.nap", {{}}))
     proc = subprocess.run([sys.executable, "-c", script], timeout=30, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "done").read_text() == "yes"  # it ran to its end before the exit
+
+
+def test_claims_ahead_wait_in_line_without_a_thread_each(app):
+    """A default worker claims up to CLAIMS_AHEAD (128) beyond its slots while tasks are
+    short, but its pool starts at most AHEAD_THREADS (32) threads beyond them: claims
+    ahead wait in the pool's line, not in threads of their own (a pool starts a thread
+    only for a turn no idle thread takes, so a drain of short tasks needs few)."""
+    from tasklab.runners.thread import AHEAD_THREADS
+    from tasklab.service.worker import CLAIMS_AHEAD
+
+    assert CLAIMS_AHEAD > AHEAD_THREADS  # else this test proves nothing
+    ids = app.submit_many("t.echo", [{"value": i} for i in range(3000)])
+    seen = 0
+    w = app.worker(concurrency=2).start()
+    try:
+        assert w.runner.ahead == CLAIMS_AHEAD
+        assert w.runner._pool._max_threads == 2 + AHEAD_THREADS
+        while app.counts()["succeeded"] < len(ids):
+            seen = max(seen, len(runner_threads()))
+    finally:
+        w.stop()
+    assert 2 <= seen <= 2 + AHEAD_THREADS, seen
+    assert all(app.query(i).state is State.SUCCEEDED for i in ids[-10:])

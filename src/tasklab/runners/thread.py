@@ -6,7 +6,7 @@ pool (slots.py) has `workers` turns: work beyond them — the backlog, claims ah
 waits in its line, and a future not started yet can be cancelled.
 
 `ahead` (a worker's runner; 0 when used directly) lets a slot start its next task while
-the previous one's terminal write commits: the pool has `ahead` more threads than
+the previous one's terminal write commits: the pool has up to 32 more threads than
 `workers`, and a turn is held only while the task function runs, so "concurrency N"
 still means at most N task functions at once. A worker claims up
 to `ahead` tasks beyond its slots only while every task running now has run less
@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 THREAD_PREFIX = "tasklab-worker"
 AHEAD_WHILE_UNDER = 0.02  # seconds every running task has run, for claims ahead
 AHEAD_WAIT = 0.1  # seconds a claim ahead waits for a turn (at most lease/10)
+# Threads beyond the turns, at most: a thread that has ended its turn goes on with what
+# follows it (handing over or writing a terminal write) while another takes the next
+# turn; claims ahead wait in line without a thread (more threads measured no faster).
+AHEAD_THREADS = 32
 
 
 class ThreadTaskRunner(BaseRunner):
@@ -81,7 +85,7 @@ class ThreadTaskRunner(BaseRunner):
         # ahead allow: a few ahead at first, all of them once they prove short
         self._pool = SlotPool(
             workers,
-            workers + ahead,
+            workers + min(ahead, AHEAD_THREADS),
             self._run,
             self._give_back,
             THREAD_PREFIX,

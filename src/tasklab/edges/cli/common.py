@@ -90,7 +90,7 @@ Ahead = Annotated[
     typer.Option(
         "--ahead",
         min=0,
-        help="Thread runner: claims beyond the slots while tasks are short (default 32), "
+        help="Thread runner: claims beyond the slots while tasks are short (default 128), "
         "started as earlier tasks' terminal writes commit; at most --concurrency task "
         "functions run at once. 0: none.",
         show_default=False,
