@@ -4,6 +4,7 @@ cancel, and a shutdown that leaves no runner thread behind."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -133,6 +134,7 @@ def test_claims_ahead_wait_in_line_without_a_thread_each(app):
         assert w.runner._pool._max_threads == 2 + AHEAD_THREADS
         while app.counts()["succeeded"] < len(ids):
             seen = max(seen, len(runner_threads()))
+            time.sleep(0.002)  # a look, not a second busy thread beside the worker's
     finally:
         w.stop()
     assert 2 <= seen <= 2 + AHEAD_THREADS, seen

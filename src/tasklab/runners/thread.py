@@ -6,8 +6,8 @@ pool (slots.py) has `workers` turns: work beyond them — the backlog, claims ah
 waits in its line, and a future not started yet can be cancelled.
 
 `ahead` (a worker's runner; 0 when used directly) lets a slot start its next task while
-the previous one's terminal write commits: the pool has up to 32 more threads than
-`workers`, and a turn is held only while the task function runs, so "concurrency N"
+the previous one's terminal write commits: the pool has up to `AHEAD_THREADS` more
+threads than `workers`, and a turn is held only while the task function runs, so "concurrency N"
 still means at most N task functions at once. A worker claims up
 to `ahead` tasks beyond its slots only while every task running now has run less
 than `AHEAD_WHILE_UNDER` (short tasks, where a commit is most of a task's time); a
